@@ -1,0 +1,87 @@
+"""The ``transitions`` state machine, built from the spec's table.
+
+Conditions are the spec's guard functions (evaluated with ``PyOps``), never
+copies; effects come from ``spec.table.Effect`` via ``fsm.step.decide``.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, Optional
+
+from transitions import Machine
+
+from ..spec.ops import PY
+from ..spec.table import FINALIZE, NEGOTIATE, STATES, Table, Transition, build_table, holds
+from ..spec.view import Local, View
+from .step import INITIAL_STATE, Decision, State, decide
+
+
+def add_table(machine: Machine, c: Any, table: tuple[Transition, ...], on_fire: Any = None) -> None:
+    """Add every row of ``table`` to ``machine``; conditions evaluate the row's guards."""
+    for t in table:
+        kwargs: dict[str, Any] = {}
+        if t.lits:
+            cond = partial(_holds, t, c)
+            cond.__name__ = t.guard_text()  # type: ignore[attr-defined]  # shown on diagram edges
+            kwargs["conditions"] = [cond]
+        if on_fire is not None and t.event == NEGOTIATE:
+            kwargs["after"] = [partial(on_fire, t)]
+        machine.add_transition(t.event, t.source, t.dest, **kwargs)
+
+
+def _holds(t: Transition, c: Any, view: View, local: Local, memo: Optional[dict] = None) -> bool:
+    return holds(t, PY, c, view, local, memo)
+
+
+class _Model:
+    """The object ``transitions`` drives; it only carries the control state."""
+
+    state: str
+
+
+class DelayerMachine:
+    """One rank's delayer as a ``transitions`` machine plus its extended variables.
+
+    Built once per delayer; ``negotiate`` fires the machine's event with the
+    pass's view, and the transition that fires decides the outcome.
+    """
+
+    def __init__(self, config: Any, table: Optional[Table] = None) -> None:
+        self.config = config
+        self.table = table if table is not None else build_table(config.profile)
+        self._model = _Model()
+        self._machine = Machine(
+            model=self._model,
+            states=list(STATES),
+            initial=INITIAL_STATE.control,
+            auto_transitions=False,
+            send_event=False,
+        )
+        add_table(self._machine, config, self.table, on_fire=self._fired)
+        self._vars = INITIAL_STATE
+        self._decision: Optional[Decision] = None
+
+    @property
+    def state(self) -> State:
+        return self._vars._replace(control=self._model.state)
+
+    def restore(self, state: State) -> None:
+        """Put the machine into ``state`` (used to undo nothing: negotiate is atomic)."""
+        self._machine.set_state(state.control, model=self._model)
+        self._vars = state
+
+    def _fired(self, t: Transition, view: View, local: Local, memo: Optional[dict] = None) -> None:
+        self._decision = decide(self.config, t, view, local)
+
+    def negotiate(self, view: View, local: Local) -> Decision:
+        self._decision = None
+        if not getattr(self._model, NEGOTIATE)(view, local, {}) or self._decision is None:
+            raise AssertionError(f"no negotiate transition from {self._model.state!r} holds for {view}, {local}")
+        self._vars = self._decision.next_state
+        return self._decision
+
+    def finalize(self) -> State:
+        getattr(self._model, FINALIZE)()
+        self._vars = self._vars._replace(control=self._model.state)
+        return self.state

@@ -1,0 +1,48 @@
+"""The ``prefill-delayer`` command: prove, replay, docs.
+
+Subcommands import their machinery lazily, so ``docs`` needs no z3 and
+``prove`` needs no torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="prefill-delayer",
+        description="Prove, replay and document SGLang's prefill-delay policy as an explicit FSM.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    prove = sub.add_parser("prove", help="prove the invariant catalogue with Z3 (exit 0 iff every property has its expected status)")
+    prove.add_argument("--profile", choices=("seed", "hardened"), action="append", help="profile to check (repeatable; default: both)")
+    prove.add_argument("--json", metavar="PATH", help="write the JSON report here")
+    prove.add_argument("--traces", metavar="DIR", help="write counterexample traces into DIR")
+    prove.add_argument("--timeout-ms", type=int, default=20000, help="Z3 timeout per query (default 20000)")
+
+    replay = sub.add_parser("replay", help="re-run a counterexample trace through the runtime (exit 0 iff its violation reproduces)")
+    replay.add_argument("trace", metavar="TRACE", help="trace JSON written by `prove --traces`")
+
+    docs = sub.add_parser("docs", help="generate docs/transitions.md (and its diagram) from the spec")
+    docs.add_argument("--check", action="store_true", help="exit 1 with a diff when the committed docs are stale")
+    docs.add_argument("--out", metavar="DIR", default=None, help="docs folder (default: the repository's docs/)")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "prove":
+        from .prove import main as run
+    elif args.command == "replay":
+        from .replay import main as run
+    else:
+        from ..fsm.docs import main as run
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

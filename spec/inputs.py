@@ -1,0 +1,80 @@
+"""Per-pass inputs of one rank, validated before they enter a gathered row."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+from .errors import PassInputError
+
+# Counts travel as int64 but are bounded well below it: the proofs model
+# int(running_batch * ratio) exactly over this domain, and no scheduler has
+# two billion requests in one batch.
+MAX_COUNT = 2**31 - 1
+
+INPUT_FIELDS = (
+    "local_prefillable",
+    "token_usage",
+    "running_batch",
+    "max_prefill_bs",
+    "max_running_requests",
+    "waiting_queue_len",
+)
+
+
+class PassInput(NamedTuple):
+    """The arguments of one ``negotiate`` call on one rank."""
+
+    local_prefillable: bool
+    token_usage: float
+    running_batch: int = 0
+    max_prefill_bs: int = 0
+    max_running_requests: int = 0
+    waiting_queue_len: int = 0
+
+
+def _count_problem(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"expected an int, got {type(value).__name__} {value!r}"
+    if not 0 <= value <= MAX_COUNT:
+        return f"expected 0 <= value <= {MAX_COUNT}, got {value!r}"
+    return None
+
+
+def input_problems(inp: PassInput) -> list[tuple[str, str]]:
+    """Every problem of ``inp`` as (field, explanation); empty when valid."""
+    problems: list[tuple[str, str]] = []
+    if not isinstance(inp.local_prefillable, bool):
+        problems.append(
+            ("local_prefillable", f"expected a bool, got {type(inp.local_prefillable).__name__} {inp.local_prefillable!r}")
+        )
+    tu = inp.token_usage
+    if isinstance(tu, bool) or not isinstance(tu, (int, float)):
+        problems.append(("token_usage", f"expected a float, got {type(tu).__name__} {tu!r}"))
+    elif not (math.isfinite(tu) and tu >= 0.0):
+        problems.append(("token_usage", f"expected a finite number >= 0, got {tu!r}"))
+    for name in INPUT_FIELDS[2:]:
+        problem = _count_problem(getattr(inp, name))
+        if problem is not None:
+            problems.append((name, problem))
+    return problems
+
+
+def problems_mask(problems: list[tuple[str, str]]) -> int:
+    """Bit i set when field ``INPUT_FIELDS[i]`` is bad: what a gathered row can carry."""
+    mask = 0
+    for name, _ in problems:
+        mask |= 1 << INPUT_FIELDS.index(name)
+    return mask
+
+
+def mask_fields(mask: int) -> list[str]:
+    return [name for i, name in enumerate(INPUT_FIELDS) if mask >> i & 1]
+
+
+def validate_pass_input(inp: PassInput) -> PassInput:
+    """Return ``inp`` or raise ``PassInputError`` naming every bad field and its value."""
+    problems = input_problems(inp)
+    if problems:
+        raise PassInputError("invalid negotiate input: " + "; ".join(f"{n}: {why}" for n, why in problems))
+    return inp

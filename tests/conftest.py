@@ -1,0 +1,9 @@
+"""Shared test settings: hypothesis profiles sized for CI's two cores."""
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("ci", max_examples=60, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", max_examples=20, stateful_step_count=30, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
