@@ -1,0 +1,80 @@
+"""Per-rank encodings: the aggregate view is exactly what the rows give.
+
+The single-step proofs read an abstract view (``model.sym_view``) over any
+number of ranks. This check builds real rows with the spec's ``local_row`` for
+every rank layout up to 8 DP groups x attn-TP 2 (DP attention on and off),
+aggregates them with the spec's ``gathered_view``, and proves the result is
+(a) inside the abstract view's domain and (b) equal to an independent
+definition of each aggregate over the rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import z3
+
+from ..spec.inputs import PassInput
+from ..spec.invariants import PROVED
+from ..spec.view import Local, gathered_view, local_row
+from .model import Family, count_domain, view_domain
+from .properties import Check, _solve
+from .reference_z3 import reference_local_force, reference_timeout_flag
+from .z3ops import Z3Ops
+
+MAX_DP = 8
+TP_SIZES = (1, 2)
+
+
+def layouts() -> list[tuple[bool, int, int]]:
+    """(enable_dp_attention, dp_dim, attn_tp_size) for every layout checked."""
+    out = [(True, dp, tp) for tp in TP_SIZES for dp in range(1, MAX_DP + 1)]
+    out += [(False, 1, tp) for tp in TP_SIZES]
+    return out
+
+
+def _is_max(m: Any, xs: list) -> Any:
+    return z3.And(z3.And(*[m >= x for x in xs]), z3.Or(*[m == x for x in xs]))
+
+
+def check_layout(fam: Family, dp_attn: bool, dp_dim: int, tp: int, timeout_ms: int) -> Check:
+    o = Z3Ops()
+    c = replace(fam.sym_config(), enable_dp_attention=dp_attn, dp_size=dp_dim if dp_attn else fam.dp_size, attn_tp_size=tp)
+    world = dp_dim * tp
+    dom = c.domain()
+    rows, ranks = [], []
+    for r in range(world):
+        pre, tu = z3.Bool(f"pre{r}"), z3.Real(f"tu{r}")
+        rb, pb, wq, mrr = (z3.Int(f"{f}{r}") for f in ("rb", "pb", "wq", "mrr"))
+        waiting, now, start = z3.Bool(f"waiting{r}"), z3.Real(f"now{r}"), z3.Real(f"start{r}")
+        dom += [tu >= 0] + [count_domain(x) for x in (rb, pb, wq, mrr)]
+        inp = PassInput(pre, tu, rb, pb, mrr, wq)
+        local = Local(waiting, z3.IntVal(0), start, z3.BoolVal(False), now, mrr)
+        rows.append(local_row(o, c, inp, local) + [0, 0])
+        ranks.append((pre, tu, rb, pb, wq, mrr, waiting, now, start))
+    view = gathered_view(o, c, rows)
+    counted = [ranks[g * tp] for g in range(dp_dim)]
+    expected = z3.And(
+        view.n == dp_dim,
+        view.num_prefillable == z3.Sum([z3.If(k[0], 1, 0) for k in counted]),
+        view.num_force == z3.Sum([z3.If(reference_local_force(c, k[0], k[1]), 1, 0) for k in counted]),
+        _is_max(view.running_batch, [k[2] for k in counted]),
+        _is_max(view.max_prefill_bs, [k[3] for k in counted]),
+        _is_max(view.waiting_queue_len, [k[4] for k in counted]),
+        view.timeout_any == z3.Or(*[reference_timeout_flag(c, k[6], k[7], k[8]) for k in ranks]),
+        _is_max(view.mrr_max, [k[5] for k in ranks]),
+    )
+    # (a) the abstract domain the single-step proofs assume, instantiated on this view.
+    assumed = z3.And(*view_domain(view._replace(n=z3.IntVal(view.n))))
+    status, model = _solve(dom + o.side + [z3.Not(z3.And(expected, assumed))], timeout_ms)
+    label = f"{'dp-attn' if dp_attn else 'tp-only'} dp={dp_dim} tp={tp}"
+    return Check(status, label, model=model)
+
+
+def check_aggregate_view(fam: Family, timeout_ms: int) -> Check:
+    for dp_attn, dp_dim, tp in layouts():
+        res = check_layout(fam, dp_attn, dp_dim, tp, timeout_ms)
+        if res.status != PROVED:
+            return res
+    return Check(PROVED, fam.label(), f"{len(layouts())} layouts, up to {MAX_DP * max(TP_SIZES)} ranks")

@@ -1,0 +1,86 @@
+"""An independent Z3 encoding of DESIGN §2 (seed) and §3 (hardened), for ``refinement``.
+
+Written from the design text as nested conditionals in raw Z3; it shares no
+guard or table code with the spec. Only the exact double-rounding primitive
+``int_of_double_product`` (tested against Python itself) is reused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import z3
+
+from .model import CTRL, REASON_CODE, Outcome, SymConfig, SymState
+from .z3ops import int_of_double_product, exact_real
+
+IDLE, DELAYING = CTRL["idle"], CTRL["delaying"]
+
+
+def reference_local_force(c: SymConfig, prefillable: Any, token_usage: Any) -> Any:
+    """force = prefillable and W is not None and token_usage < W (strict)."""
+    return z3.And(prefillable, c.watermark_on, token_usage < exact_real(c.watermark))
+
+
+def reference_timeout_flag(c: SymConfig, waiting: Any, now: Any, start: Any) -> Any:
+    return z3.And(waiting, (now - start) * 1000 >= exact_real(c.max_delay_ms))
+
+
+def reference_pass(c: SymConfig, st: SymState, v: Any, now: Any, mrr_local: Any, side: list) -> Outcome:
+    hardened = c.profile == "hardened"
+    waiting = st.ctrl == DELAYING
+    count = z3.If(waiting, st.count, 0)
+    wait_s = z3.If(waiting, now - st.start, 0)
+
+    def release(reason: str, armed: Any = None) -> tuple:
+        return (REASON_CODE[reason], True, count, wait_s, IDLE, 0, z3.RealVal(0), st.armed if armed is None else armed)
+
+    def delay(armed: Any = None) -> tuple:
+        start = z3.If(waiting, st.start, now)
+        return (REASON_CODE["delay"], False, 0, z3.RealVal(0), DELAYING, count + 1, start, st.armed if armed is None else armed)
+
+    def pick(cond: Any, a: tuple, b: tuple) -> tuple:
+        return tuple(z3.If(cond, x, y) for x, y in zip(a, b))
+
+    all_ = v.num_prefillable == v.n
+    none = v.num_prefillable == 0
+    force = v.num_force > 0
+    under_cap = count < c.max_delay_passes - 1
+
+    # --- all branch ---
+    mrr = v.mrr_max if hardened else mrr_local
+    if not c.enable_dp_attention:
+        mrr = (mrr + c.dp_size - 1) / c.dp_size
+    slot = mrr - v.running_batch < v.max_prefill_bs
+    if c.queue_on:
+        q_raw = int_of_double_product(v.running_batch, c.queue_ratio, side)
+        q = z3.If(q_raw < v.max_prefill_bs, q_raw, v.max_prefill_bs)
+        if hardened:
+            timed_out = v.timeout_any
+        else:
+            timed_out = z3.And(waiting, (now - st.start) * 1000 >= exact_real(c.max_delay_ms))
+        queue = z3.And(v.running_batch > 0, q > 0, v.waiting_queue_len < q, z3.Not(timed_out))
+    else:
+        queue = z3.BoolVal(False)
+    allow_reason = z3.If(waiting, REASON_CODE["wait_success"], REASON_CODE["no_wait"])
+    if hardened:
+        # Only the slot trigger consumes the one-shot skip; then the cap.
+        skip = z3.And(st.armed, slot)
+        armed_after = z3.And(st.armed, z3.Not(skip))
+        wants = z3.Or(z3.And(slot, z3.Not(skip)), queue)
+        capped = release("wait_timeout", armed_after)
+        allowed = release("no_wait", armed_after)
+        allowed = (allow_reason,) + allowed[1:]
+        all_branch = pick(wants, pick(under_cap, delay(armed_after), capped), allowed)
+    else:
+        trig = z3.Or(slot, queue)
+        skip = z3.And(trig, st.armed)
+        allowed = release("no_wait", z3.If(skip, False, st.armed))
+        allowed = (allow_reason,) + allowed[1:]
+        all_branch = pick(z3.And(trig, z3.Not(st.armed)), delay(), allowed)
+
+    mixed_branch = pick(force, release("token_watermark"), pick(under_cap, delay(), release("wait_timeout")))
+    all_branch = pick(force, release("token_watermark"), all_branch)
+    res = pick(all_, all_branch, pick(none, release(""), mixed_branch))
+    reason, allow, wfp, ws, nctrl, ncount, nstart, narmed = res
+    return Outcome(reason, allow, wfp, ws, SymState(nctrl, ncount, nstart, narmed))

@@ -1,0 +1,94 @@
+"""``prefill-delayer replay TRACE``: re-run a counterexample through the runtime.
+
+One runtime ``PrefillDelayer`` per rank, freshly built, joined by the runtime's
+in-process gather; each rank's clock is injected and reads the trace's
+``now_s`` for the current pass. Exit 0 iff every decision matches the trace's
+expectations and the recorded violation happens again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .trace import load_trace
+from .violations import find_violation
+
+
+def run_trace(trace: dict[str, Any], profile: str | None = None) -> list[list[dict[str, Any]]]:
+    """Every rank's decision for every pass of ``trace``, from the runtime."""
+    from ..runtime import InProcessGroup, PrefillDelayer, ServerArgs, run_ranks
+
+    cfg = trace["config"]
+    passes = trace["passes"]
+    world = len(passes[0]["ranks"])
+    group = InProcessGroup(world)
+    server_args = ServerArgs(
+        enable_dp_attention=cfg["enable_dp_attention"],
+        prefill_delayer_queue_min_ratio=cfg["queue_min_ratio"],
+        prefill_delayer_max_delay_ms=cfg["max_delay_ms"],
+    )
+
+    def rank_main(rank: int, gather: Any) -> list[dict[str, Any]]:
+        clock_now = [0.0]
+        delayer = PrefillDelayer(
+            cfg["dp_size"],
+            cfg["attn_tp_size"],
+            None,
+            server_args,
+            cfg["max_delay_passes"],
+            cfg["token_usage_low_watermark"],
+            profile=profile or trace["profile"],
+            gather=gather,
+            clock=lambda: clock_now[0],
+        )
+        out = []
+        for p in passes:
+            x = p["ranks"][rank]
+            clock_now[0] = x["now_s"]
+            d = delayer.negotiate(
+                x["prefillable"],
+                x["token_usage"],
+                running_batch=x["running_batch"],
+                max_prefill_bs=x["max_prefill_bs"],
+                max_running_requests=x["max_running_requests"],
+                waiting_queue_len=x["waiting_queue_len"],
+            )
+            out.append({"allow": d.output_allow, "reason": d.output_reason, "wait_forward_passes": d.wait_forward_passes})
+        return out
+
+    per_rank = run_ranks(world, lambda rank, _g: rank_main(rank, group.gather_for(rank)))
+    return [[per_rank[r][i] for r in range(world)] for i in range(len(passes))]
+
+
+def replay(trace: dict[str, Any]) -> tuple[bool, list[str]]:
+    """(reproduced, report lines)."""
+    decisions = run_trace(trace)
+    lines, mismatches = [], 0
+    for i, (p, got) in enumerate(zip(trace["passes"], decisions)):
+        for r, (want, have) in enumerate(zip(p["expect"], got)):
+            same = want == have
+            mismatches += not same
+            lines.append(
+                f"pass {i} rank {r}: now={p['ranks'][r]['now_s']:g} -> allow={have['allow']} reason={have['reason']!r} "
+                f"wait_forward_passes={have['wait_forward_passes']}" + ("" if same else f"   (trace expects {want})")
+            )
+    found = find_violation(trace["property"], trace["config"], decisions)
+    if mismatches:
+        lines.append(f"NOT REPRODUCED: {mismatches} decisions differ from the trace")
+    elif found is None:
+        lines.append(f"NOT REPRODUCED: no {trace['property']} violation in the runtime's decisions")
+    else:
+        lines.append(f"REPRODUCED ({trace['profile']}, {trace['property']}): {found}")
+    return (mismatches == 0 and found is not None), lines
+
+
+def main(args: Any) -> int:
+    try:
+        trace = load_trace(args.trace)
+    except (OSError, ValueError) as exc:
+        print(f"cannot read trace {args.trace}: {exc}")
+        return 2
+    ok, lines = replay(trace)
+    print(f"recorded: {trace['violation']}")
+    print("\n".join(lines))
+    return 0 if ok else 1

@@ -1,0 +1,136 @@
+"""The operator layer on Z3 terms: the same guard code, read as formulas.
+
+Integers stay integers. ``floor_mul`` is ``int(a * ratio)`` in IEEE doubles,
+encoded exactly in linear integer arithmetic for a configured ratio (see
+``_rounds_up``); ``num`` lifts a Python float to its exact rational value
+(``z3.RealVal(0.29)`` would silently read it as 29/100).
+"""
+
+from __future__ import annotations
+
+import itertools
+from fractions import Fraction
+from typing import Any, Iterable
+
+import z3
+
+from ..spec.inputs import MAX_COUNT
+
+_fresh = itertools.count()
+
+
+def fresh_int(prefix: str) -> z3.ArithRef:
+    return z3.Int(f"{prefix}!{next(_fresh)}")
+
+
+def to_bool(x: Any) -> z3.BoolRef:
+    return z3.BoolVal(x) if isinstance(x, bool) else x
+
+
+def exact_real(x: Any) -> Any:
+    """A Python number as its exact rational Z3 value; Z3 terms pass through."""
+    if isinstance(x, bool):
+        raise TypeError("a bool is not a number here")
+    if isinstance(x, (int, float)):
+        f = Fraction(x)
+        return z3.RealVal(f"{f.numerator}/{f.denominator}")
+    return x
+
+
+class Z3Ops:
+    """Builds Z3 terms; definitions of fresh variables go to ``side`` and must be asserted."""
+
+    FALSE = z3.BoolVal(False)
+
+    def __init__(self) -> None:
+        self.side: list[z3.BoolRef] = []
+        self._floor_mul: dict[tuple, Any] = {}
+
+    def And(self, *xs: Any) -> z3.BoolRef:
+        return z3.And(*[to_bool(x) for x in xs]) if xs else z3.BoolVal(True)
+
+    def Or(self, *xs: Any) -> z3.BoolRef:
+        return z3.Or(*[to_bool(x) for x in xs]) if xs else z3.BoolVal(False)
+
+    def Not(self, x: Any) -> z3.BoolRef:
+        return z3.Not(to_bool(x))
+
+    def If(self, c: Any, a: Any, b: Any) -> Any:
+        if isinstance(c, bool):
+            return a if c else b
+        return z3.If(c, a, b)
+
+    def Min(self, a: Any, b: Any) -> Any:
+        return z3.If(a <= b, a, b)
+
+    def MaxOf(self, xs: Iterable[Any]) -> Any:
+        """Max over ranks as a fresh variable bounded by linear constraints, not an If chain."""
+        xs = list(xs)
+        if len(xs) == 1:
+            return xs[0]
+        m = fresh_int("max")
+        self.side.append(z3.And(*[m >= x for x in xs]))
+        self.side.append(z3.Or(*[m == x for x in xs]))
+        return m
+
+    def SumOf(self, xs: Iterable[Any]) -> Any:
+        xs = list(xs)
+        return z3.Sum(xs) if len(xs) > 1 else xs[0]
+
+    def b2i(self, b: Any) -> Any:
+        if isinstance(b, bool):
+            return int(b)
+        return z3.If(b, z3.IntVal(1), z3.IntVal(0))
+
+    def ceil_div(self, a: Any, b: Any) -> Any:
+        if not isinstance(b, int) or b < 1:
+            raise TypeError("ceil_div needs a concrete positive divisor (linear arithmetic)")
+        # Z3's integer division is floor division for a positive divisor.
+        return (a + (b - 1)) / b
+
+    def floor_mul(self, a: Any, ratio: Any) -> Any:
+        if not isinstance(ratio, float):
+            raise TypeError("floor_mul needs the configured ratio as a concrete float")
+        # Guards of several rows ask for the same product: define it once.
+        key = (a.get_id() if isinstance(a, z3.AstRef) else a, ratio)
+        if key not in self._floor_mul:
+            self._floor_mul[key] = int_of_double_product(a, ratio, self.side)
+        return self._floor_mul[key]
+
+    def num(self, x: Any) -> Any:
+        return exact_real(x)
+
+
+def int_of_double_product(n: Any, ratio: float, side: list) -> Any:
+    """``int(float(n) * ratio)`` for integer ``0 <= n <= MAX_COUNT``, exactly.
+
+    Let P = n * ratio (exact rational) and f = floor(P). The double product
+    fl(P) is P rounded to nearest (ties to even), and int() truncates, so the
+    result is f, or f + 1 when P lies within half a spacing below the integer
+    k = f + 1 (fl rounds it up to k). The spacing below k is 2^(e-52) for
+    k in (2^e, 2^(e+1)) and 2^(e-53) for k = 2^e; k's significand is even
+    (k < 2^52), so a tie rounds up. All of it is linear in n for a fixed ratio.
+    """
+    if ratio == 0.0:
+        return z3.IntVal(0)
+    if not (ratio > 0.0 and ratio * MAX_COUNT < 2.0**51):
+        raise ValueError(f"ratio {ratio!r} outside the exactly modelled range")
+    r = Fraction(ratio)
+    num, den = r.numerator, r.denominator  # den is a power of two
+    if isinstance(n, int):
+        return int(n * ratio)
+    f = fresh_int("floor")
+    prod = n * num
+    side.append(f * den <= prod)
+    side.append(prod < (f + 1) * den)
+    if num.bit_length() + MAX_COUNT.bit_length() <= 53:
+        return f  # n * num fits the significand: the double product is exact, int() is floor
+    k = f + 1
+    top = int((MAX_COUNT * r)) + 2
+    cases = []
+    for e in range(0, top.bit_length() + 1):
+        lo = 2**e
+        # P >= k - h  <=>  prod * 2^54 >= k * den * 2^54 - den * h * 2^54, h * 2^54 = 2^(e+1) or 2^e at k = 2^e.
+        h54 = z3.If(k == lo, z3.IntVal(2**e), z3.IntVal(2 ** (e + 1)))
+        cases.append(z3.And(k >= lo, k < 2 * lo, prod * 2**54 >= k * den * 2**54 - den * h54))
+    return f + z3.If(z3.Or(*cases), z3.IntVal(1), z3.IntVal(0))
