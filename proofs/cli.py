@@ -7,6 +7,7 @@ Subcommands import their machinery lazily, so ``docs`` needs no z3 and
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Optional, Sequence
 
@@ -23,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     prove.add_argument("--json", metavar="PATH", help="write the JSON report here")
     prove.add_argument("--traces", metavar="DIR", help="write counterexample traces into DIR")
     prove.add_argument("--timeout-ms", type=int, default=20000, help="Z3 timeout per query (default 20000)")
+    prove.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="processes, one per profile (default: up to 2)")
 
     replay = sub.add_parser("replay", help="re-run a counterexample trace through the runtime (exit 0 iff its violation reproduces)")
     replay.add_argument("trace", metavar="TRACE", help="trace JSON written by `prove --traces`")

@@ -1,0 +1,151 @@
+"""The proofs as tests: expected statuses, real counterexamples, and sensitivity to mutations."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import textwrap
+
+import pytest
+
+pytest.importorskip("z3")
+
+from prefill_delayer.proofs.prove import PROVE_BASE, run_catalogue  # noqa: E402
+from prefill_delayer.proofs.trace import validate_trace  # noqa: E402
+from prefill_delayer.spec import guards  # noqa: E402
+from prefill_delayer.spec.invariants import CATALOGUE  # noqa: E402
+from prefill_delayer.spec.table import Lit, Table, build_table  # noqa: E402
+
+pytestmark = pytest.mark.proofs
+
+
+@pytest.fixture(scope="module")
+def results():
+    return run_catalogue()
+
+
+def test_every_property_has_its_expected_status(results):
+    assert {(r.property, r.profile) for r in results} == {(i.id, p) for i in CATALOGUE for p in ("seed", "hardened")}
+    bad = [(r.property, r.profile, r.status, r.expected) for r in results if not r.ok]
+    assert not bad
+
+
+def test_seed_refutations_carry_short_traces(results):
+    refuted = {r.property: r for r in results if r.status == "refuted"}
+    assert set(refuted) == {"bounded-delay", "agreement"}
+    for r in refuted.values():
+        assert r.profile == "seed"
+        validate_trace(r.trace)
+        assert 2 <= len(r.trace["passes"]) <= 4
+        assert r.trace["violation"] and r.trace["violation"] != "?"
+    # The agreement counterexample is the clock defect: the ranks pass identical arguments.
+    for p in refuted["agreement"].trace["passes"]:
+        a, b = p["ranks"]
+        assert {k: v for k, v in a.items() if k != "now_s"} == {k: v for k, v in b.items() if k != "now_s"}
+
+
+def test_cli_prove_writes_report_and_traces(tmp_path):
+    from prefill_delayer.proofs.cli import main
+
+    report, traces = tmp_path / "report.json", tmp_path / "traces"
+    assert main(["prove", "--json", str(report), "--traces", str(traces)]) == 0
+    data = json.loads(report.read_text())
+    assert len(data["spec_hash"]) == 16
+    assert {r["status"] for r in data["results"]} <= {"proved", "refuted"}
+    paths = [r["trace"] for r in data["results"] if r["trace"]]
+    assert len(paths) == 2 and all((traces / p.split("/")[-1]).exists() for p in paths)
+
+
+# ----- mutation sensitivity ---------------------------------------------------
+
+_FLIP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq}
+_CONNECTIVE = {"And": "Or", "Or": "And"}
+# Mutants that are equivalent to the original, with the reason.
+EQUIVALENT = {
+    # q = min(int(RB * ratio), PB) is 0 when RB = 0, so `q > 0` already implies RB > 0.
+    ("queue_trigger", "Gt->GtE", 0),
+    # WQ >= 0 and WQ < q already imply q > 0.
+    ("queue_trigger", "Gt->GtE", 1),
+}
+
+
+def _mutants():
+    """(guard name, mutation label, occurrence, mutated source) for every comparison and connective."""
+    out = []
+    for name, fn in inspect.getmembers(guards, inspect.isfunction):
+        src = textwrap.dedent(inspect.getsource(fn))
+        tree = ast.parse(src)
+        sites = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare):
+                sites += [("cmp", node, i) for i, op in enumerate(node.ops) if type(op) in _FLIP]
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _CONNECTIVE:
+                sites.append(("conn", node, 0))
+        counts: dict[str, int] = {}
+        for kind, node, i in sites:
+            if kind == "cmp":
+                label = f"{type(node.ops[i]).__name__}->{_FLIP[type(node.ops[i])].__name__}"
+            else:
+                label = f"{node.func.attr}->{_CONNECTIVE[node.func.attr]}"
+            occurrence = counts.get(label, 0)
+            counts[label] = occurrence + 1
+            out.append((name, label, occurrence, _mutate(src, sites.index((kind, node, i)))))
+    return out
+
+
+def _mutate(src: str, site_index: int) -> str:
+    tree = ast.parse(src)
+    sites = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sites += [("cmp", node, i) for i, op in enumerate(node.ops) if type(op) in _FLIP]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _CONNECTIVE:
+            sites.append(("conn", node, 0))
+    kind, node, i = sites[site_index]
+    if kind == "cmp":
+        node.ops[i] = _FLIP[type(node.ops[i])]()
+    else:
+        node.func.attr = _CONNECTIVE[node.func.attr]
+    return ast.unparse(tree)
+
+
+MUTANTS = _mutants()
+# Refinement first: it catches most mutants fastest; the rest of the catalogue after it.
+ORDER = ["refinement", "aggregate-view"] + [i.id for i in CATALOGUE if i.id not in ("refinement", "aggregate-view")]
+
+
+def test_mutants_cover_every_guard():
+    mutated = {name for name, *_ in MUTANTS}
+    assert set(guards.TABLE_GUARDS) | {"local_force", "wait_expired", "slot_trigger", "queue_trigger"} <= mutated
+    assert len(MUTANTS) >= 20
+
+
+@pytest.mark.parametrize("name,label,occurrence,src", MUTANTS, ids=[f"{m[0]}:{m[1]}#{m[2]}" for m in MUTANTS])
+def test_prove_fails_on_mutated_guard(monkeypatch, name, label, occurrence, src):
+    namespace = dict(vars(guards))
+    exec(compile(src, f"<mutant {name}>", "exec"), namespace)
+    monkeypatch.setattr(guards, name, namespace[name])
+    results = run_catalogue(properties=ORDER, fail_fast=True)
+    caught = [r for r in results if not r.ok]
+    if (name, label, occurrence) in EQUIVALENT:
+        assert not caught, "listed as equivalent but prove now distinguishes it: remove it from EQUIVALENT"
+    else:
+        assert caught, f"prove stays green with {name} mutated ({label} #{occurrence})"
+
+
+def test_prove_fails_without_the_hardened_pass_cap():
+    def uncapped(profile: str) -> Table:
+        table = build_table(profile)
+        rows = []
+        for t in table:
+            if t.name.endswith("_all_timeout"):
+                continue
+            if t.name.endswith("_all_delay"):
+                keep = tuple(i for i, lit in enumerate(t.lits) if lit != Lit("below_cap"))
+                t = type(t)(**{**t.__dict__, "lits": tuple(t.lits[i] for i in keep), "fns": tuple(t.fns[i] for i in keep)})
+            rows.append(t)
+        return Table(profile, tuple(rows))
+
+    results = run_catalogue(profiles=("hardened",), table_for=uncapped, properties=["bounded-delay"])
+    assert results[0].status == "refuted" and results[0].expected == "proved"
