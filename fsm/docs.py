@@ -1,0 +1,508 @@
+"""``prefill-delayer docs``: docs/transitions.md and its picture, generated from the spec.
+
+Everything on the page is read from the code at generation time: states,
+events, reasons and effects from ``spec.table``; the Mermaid diagrams from
+``transitions``' own Mermaid engine, run on a ``GraphMachine`` that
+``fsm.machine.add_table`` fills from the table (the same function that builds
+the runtime's machine); the guard formulas by evaluating each guard's
+definition with ``TextOps`` (``fsm/textops.py``); the profile changes from
+``spec.profiles``; invariants from ``spec.invariants``; parameters from
+``spec.config.PARAMETERS``; the stamp from ``spec.hashing.spec_hash``. The
+output is deterministic: no dates, and every list is in table or definition
+order.
+
+The picture (``transitions.svg``) is rendered from the same machines by
+``transitions``' Graphviz extension through pygraphviz. Graphviz output depends
+on the Graphviz build and the fonts of the machine, so ``--check`` does not
+compare it byte for byte: it compares the Markdown exactly (which contains the
+Mermaid text of both machines) and requires the SVG to carry the sha256 of that
+Mermaid text, which ``docs`` writes into it as a comment when it renders.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import inspect
+import re
+import sys
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from transitions.extensions.diagrams import GraphMachine
+
+from ..spec import config as config_module
+from ..spec import hashing, invariants, profiles, table
+from ..spec.glossary import ARG, CONFIG, LOCAL, SYMBOLS, VIEW
+from .machine import add_table
+from .step import INITIAL_STATE
+from .textops import TEXT, UNDOCUMENTED, Case, Expr, Leaf, Renderer, Tree, flag_shown, guard_functions
+
+DOC_NAME = "transitions.md"
+PICTURE_NAME = "transitions.svg"
+STAMP_PREFIX = "<!-- prefill-delayer diagram sha256:"
+_STAMP_RE = re.compile(re.escape(STAMP_PREFIX) + r"([0-9a-f]{64})")
+
+
+class DocsError(Exception):
+    """A reason ``docs`` cannot do its job (printed, exit status 2)."""
+
+
+# ----- the machine, as transitions draws it ------------------------------------
+
+
+class _Labelled:
+    """Lets ``add_table`` fill a GraphMachine while giving each edge an ``event / decision`` label.
+
+    ``add_table`` adds one transition per table row, in row order; the label of
+    each comes from that row (checked, so a change in ``add_table`` cannot
+    silently mislabel an edge).
+    """
+
+    def __init__(self, machine: GraphMachine, rows: Iterable[table.Transition]) -> None:
+        self._machine = machine
+        self._rows = iter(rows)
+
+    def add_transition(self, trigger: str, source: str, dest: str, **kwargs: Any) -> None:
+        row = next(self._rows)
+        if (row.event, row.source, row.dest) != (trigger, source, dest):
+            raise AssertionError(f"add_table added {trigger} {source}->{dest}, expected row {row.name}")
+        self._machine.add_transition(trigger, source, dest, label=edge_label(row), **kwargs)
+
+
+def decision(row: table.Transition) -> str:
+    if row.reason is None:
+        return ""
+    return "delay" if row.dest == table.DELAYING else f'allow "{row.reason}"'
+
+
+def edge_label(row: table.Transition) -> str:
+    """``negotiate / delay``, ``negotiate / allow "wait_timeout"``, ``finalize``."""
+    d = decision(row)
+    return f"{row.event} / {d}" if d else row.event
+
+
+def build_machine(profile: str, graph_engine: str) -> GraphMachine:
+    """The profile's transitions machine, built by ``add_table`` as the runtime's is, with diagram support."""
+    rows = table.build_table(profile)
+    machine = GraphMachine(
+        states=list(table.STATES),
+        initial=INITIAL_STATE.control,
+        auto_transitions=False,
+        show_conditions=True,  # guards on the edges: add_table names each condition by its guard text
+        graph_engine=graph_engine,
+        # transitions writes the title as Mermaid front matter; "title: ..." makes it valid YAML.
+        title=f"title: prefill-delayer FSM, {profile} profile" if graph_engine == "mermaid" else f"{profile} profile",
+    )
+    add_table(_Labelled(machine, rows), config_module.Config(profile=profile), rows)  # type: ignore[arg-type]
+    return machine
+
+
+def mermaid(profile: str) -> str:
+    """The Mermaid ``stateDiagram-v2`` text ``transitions`` emits for the profile's machine."""
+    text = build_machine(profile, "mermaid").get_graph().source
+    # transitions indents blank lines; trailing blanks would not survive editors that strip them.
+    return "\n".join(line.rstrip() for line in text.splitlines())
+
+
+def diagram_digest() -> str:
+    """sha256 of both profiles' Mermaid text: the stamp the picture must carry."""
+    text = "\n".join(mermaid(p) for p in config_module.PROFILES)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def picture_graph() -> Any:
+    """Both profiles' machines as one pygraphviz graph, from transitions' Graphviz extension."""
+    try:
+        import pygraphviz as pgv
+    except ImportError as exc:  # transitions would silently fall back to another engine
+        raise DocsError(
+            f"rendering {PICTURE_NAME} needs pygraphviz: pip install 'prefill-delayer[docs]' ({exc})"
+        ) from exc
+    graphs = [(p, build_machine(p, "pygraphviz").get_graph()) for p in config_module.PROFILES]
+    top = pgv.AGraph(directed=True, strict=False, rankdir="TB")
+    # Defaults first: nodes added before a default is declared do not pick it up.
+    top.node_attr.update({k: v for k, v in graphs[0][1].node_attr.items() if v})
+    top.edge_attr.update({k: v for k, v in graphs[0][1].edge_attr.items() if v})
+    top.graph_attr.update(
+        fontname="Helvetica",
+        labelloc="b",
+        label="prefill-delayer FSM, generated from the spec by prefill-delayer docs. "
+        "Edges: event / decision [guards]; highlighted: the initial state.",
+    )
+    top.node_attr["fontname"] = "Helvetica"
+    top.edge_attr.update(fontname="Helvetica", fontsize="10")
+    previous = None
+    for profile, graph in graphs:
+        sub = top.add_subgraph(
+            name=f"cluster_{profile}", label=f"{profile} profile", labelloc="t", style="rounded", color="gray40", fontname="Helvetica-Bold"
+        )
+        for node in graph.nodes():
+            sub.add_node(f"{profile}_{node}", **{k: v for k, v in node.attr.items() if v})
+        for edge in graph.edges():
+            attrs = {k: v for k, v in edge.attr.items() if v}
+            # transitions joins the rows sharing an edge with " | "; put one row per line.
+            attrs["label"] = attrs.get("label", "").replace(" | ", "\\l") + "\\l"
+            sub.add_edge(f"{profile}_{edge[0]}", f"{profile}_{edge[1]}", **attrs)
+        if previous is not None:  # stack the profiles vertically
+            top.add_edge(f"{previous}_{table.RELEASED}", f"{profile}_{INITIAL_STATE.control}", style="invis")
+        previous = profile
+    return top
+
+
+def render_svg() -> bytes:
+    """The picture, laid out by Graphviz ``dot``, stamped with ``diagram_digest()``."""
+    svg = picture_graph().draw(format="svg", prog="dot")
+    stamp = f"{STAMP_PREFIX}{diagram_digest()} (regenerate: prefill-delayer docs) -->\n".encode()
+    if svg.startswith(b"<?xml"):
+        end = svg.index(b"\n") + 1
+        return svg[:end] + stamp + svg[end:]
+    return stamp + svg
+
+
+def picture_stamp(svg: bytes) -> Optional[str]:
+    m = _STAMP_RE.search(svg.decode("utf-8", "replace"))
+    return m.group(1) if m else None
+
+
+# ----- markdown helpers -------------------------------------------------------
+
+
+def _code(text: str) -> str:
+    return f"`{text}`"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _row(*cells: str) -> str:
+    return "| " + " | ".join(_cell(c) for c in cells) + " |"
+
+
+def _table(header: tuple[str, ...], rows: Iterable[tuple[str, ...]]) -> list[str]:
+    return [_row(*header), "|" + "|".join("---" for _ in header) + "|", *(_row(*r) for r in rows)]
+
+
+def _docline(obj: Any) -> str:
+    """First paragraph of a docstring, one line, reST double backticks made Markdown."""
+    doc = inspect.getdoc(obj) or ""
+    para = doc.split("\n\n", 1)[0]
+    return " ".join(para.split()).replace("``", "`")
+
+
+def tree_md(tree: Tree) -> str:
+    if isinstance(tree, Leaf):
+        return _code(tree.text)
+    return f"if {_code(flag_shown(tree.flag))}: {tree_md(tree.yes)}<br>else: {tree_md(tree.no)}"
+
+
+def _value(v: Any) -> str:
+    return _code(f'"{v}"' if isinstance(v, str) else repr(v))
+
+
+# ----- what differs between the profiles ---------------------------------------
+
+
+def row_formula(r: Renderer, row: table.Transition) -> Expr:
+    """The row's guards as one formula (each guard expanded one level)."""
+    parts = []
+    for lit in row.lits:
+        e = r.expr(lit.guard)
+        parts.append(e if lit.positive else TEXT.Not(e))
+    return TEXT.And(*parts)
+
+
+def profile_differences() -> tuple[list[str], list[str]]:
+    """Guards whose formula differs between the profiles, and transitions that differ, in order."""
+    seed, hardened = Renderer("seed"), Renderer("hardened")
+    guards = [g for g in guard_functions() if seed.tree(g) != hardened.tree(g)]
+    a = {t.name: t for t in table.build_table("seed")}
+    b = {t.name: t for t in table.build_table("hardened")}
+    names = list(a) + [n for n in b if n not in a]
+    rows = [n for n in names if a.get(n) != b.get(n)]
+    return guards, rows
+
+
+def _shown_rows(suffix: str, names: Iterable[str]) -> list[str]:
+    return [n for n in names if any(n == f"{src}_{suffix}" for src in table.STATES)]
+
+
+# ----- the page ----------------------------------------------------------------
+
+
+def generate() -> str:
+    """The whole of docs/transitions.md, from the spec and the transitions machines."""
+    profs = tuple(config_module.PROFILES)
+    h = hashing.spec_hash()
+    tables = {p: table.build_table(p) for p in profs}
+    renderers = {p: Renderer(p) for p in profs}
+    out: list[str] = []
+    add = out.append
+
+    add(f"<!-- Generated by `prefill-delayer docs` from spec/ (spec hash {h}). Do not edit by hand. -->")
+    add("")
+    add("# prefill-delayer: the transition system")
+    add("")
+    add(
+        f"Generated from the spec (`spec/`, spec hash `{h}`) and from the `transitions` state machine that "
+        "`fsm.machine.add_table` builds from the spec's table. Every state, event, guard, reason, effect, "
+        "invariant and parameter below is read from the code; each guard's formula is obtained by evaluating "
+        "the guard's own definition on symbolic inputs (`fsm/textops.py`). Regenerate with "
+        "`prefill-delayer docs`; `prefill-delayer docs --check` fails when this page is stale."
+    )
+    add("")
+    add(f"![The delayer's state machine, seed and hardened profiles]({PICTURE_NAME})")
+    add("")
+    add(
+        f"*`{PICTURE_NAME}`: both profiles' machines drawn by Graphviz through `transitions`' diagram extension "
+        "(pygraphviz). Edges read `event / decision [guards]`; the highlighted state is the initial one.*"
+    )
+    add("")
+
+    # states and events
+    add("## States and events")
+    add("")
+    out += _table(
+        ("state", "meaning"),
+        ((_code(s) + (" (initial)" if s == INITIAL_STATE.control else ""), table.STATE_DOC[s]) for s in table.STATES),
+    )
+    add("")
+    out += _table(("event", "meaning"), ((_code(e), table.EVENT_DOC[e]) for e in table.EVENTS))
+    add("")
+    add(
+        "The guards of `negotiate` from each source state are mutually exclusive and exhaustive "
+        "(the `guards-partition` invariant), so the order of the rows does not matter."
+    )
+    add("")
+
+    # mermaid
+    add("## Diagrams")
+    add("")
+    add(
+        'The Mermaid text `transitions` emits itself (`GraphMachine(graph_engine="mermaid")`, `show_conditions=True`) '
+        "for each profile's machine; each edge lists its rows as `event / decision [guards]`, separated by `|`."
+    )
+    for p in profs:
+        add("")
+        add(f"### {p}")
+        add("")
+        add("```mermaid")
+        out += mermaid(p).splitlines()
+        add("```")
+    add("")
+
+    # profiles
+    add("## Profiles")
+    add("")
+    out += _table(("profile", "what it is"), ((_code(p), profiles.PROFILE_SUMMARY.get(p, "")) for p in profs))
+    add("")
+    add("### What `hardened` changes, and why")
+    add("")
+    add(
+        "Each change below is data in `spec/profiles.py`; the formulas and transitions beside it are derived "
+        "from the guards and the table of each profile."
+    )
+    diff_guards, diff_rows = profile_differences()
+    covered_guards: set[str] = set()
+    covered_rows: set[str] = set()
+    all_rows = list(dict.fromkeys(t.name for p in profs for t in tables[p]))
+    for i, change in enumerate(profiles.PROFILE_CHANGES, 1):
+        add("")
+        add(f"#### {i}. {change.topic} (`{change.id}`)")
+        add("")
+        body: list[tuple[str, ...]] = [("behaviour", change.seed, change.hardened)]
+        for name in change.shows_in:
+            if name in guard_functions():
+                covered_guards.add(name)
+                body.append((f"guard `{name}`", *(tree_md(renderers[p].tree(name)) for p in profs)))
+            for rname in _shown_rows(name, all_rows):
+                covered_rows.add(rname)
+                cells = []
+                for p in profs:
+                    row = next((t for t in tables[p] if t.name == rname), None)
+                    if row is None:
+                        cells.append("*(no such transition)*")
+                    else:
+                        cells.append(f"{_code(row_formula(renderers[p], row).text)} → `{row.dest}`, {decision(row)}")
+                body.append((f"transition `{rname}`", *cells))
+        if change.invariant in invariants.BY_ID:
+            inv = invariants.BY_ID[change.invariant]
+            body.append((f"invariant `{inv.id}` (expected)", *(inv.expected.get(p, "") for p in profs)))
+        out += _table(("", *profs), body)
+        add("")
+        links = ", ".join(f"[#{n}]({profiles.UPSTREAM_ISSUE_URL.format(n)})" for n in change.upstream)
+        why = change.why if change.why.endswith(".") else change.why + "."
+        add(f"Why: {why}" + (f" Upstream: {links}." if links else ""))
+    unexplained = [f"guard `{g}`" for g in diff_guards if g not in covered_guards]
+    unexplained += [f"transition `{r}`" for r in diff_rows if r not in covered_rows]
+    if unexplained:
+        add("")
+        add("#### Other differences (not yet explained in `spec/profiles.py`)")
+        add("")
+        for item in unexplained:
+            add(f"- {item}")
+    add("")
+
+    # transition tables
+    add("## Transition tables")
+    add("")
+    add(
+        "One row per transition of the profile's table. *Guards* are the table's guard names (as on the "
+        "diagram's edges); *as a formula* expands each guard one level from its definition (see "
+        "[Guards](#guards)); a row fires when its guards all hold."
+    )
+    for p in profs:
+        add("")
+        add(f"### {p}")
+        add("")
+        rows = []
+        for t in tables[p]:
+            formula = row_formula(renderers[p], t).text if t.lits else "always"
+            rows.append(
+                (
+                    _code(t.name),
+                    _code(t.source),
+                    _code(t.event),
+                    _code(t.guard_text()),
+                    _code(formula),
+                    _code(t.dest),
+                    "—" if t.reason is None else ("allow" if t.allows else "delay"),
+                    "—" if t.reason is None else _code(f'"{t.reason}"'),
+                    _effect(t),
+                )
+            )
+        out += _table(("transition", "source", "event", "guards", "as a formula", "destination", "decision", "reason", "effect"), rows)
+    add("")
+
+    # guards
+    add("## Guards")
+    add("")
+    add(
+        "Every function of `spec/guards.py`, rendered by running its definition on symbolic inputs. A call to "
+        "another guard shows by that guard's name (or inline when it is a single comparison); `if X:` marks a "
+        "structural configuration switch."
+    )
+    add("")
+    add("### Symbols")
+    add("")
+    where = {VIEW: "gathered view (`View`)", LOCAL: "this rank (`Local`)", CONFIG: "configuration (`Config`)", ARG: "guard argument"}
+    sym_rows = [(_code(s.shown), s.meaning + ("; a structural switch" if s.flag else ""), f"{where[s.scope]} `{s.attr}`") for s in SYMBOLS]
+    missing = sorted(set().union(*(r.missing for r in renderers.values())))
+    sym_rows += [(_code(attr), UNDOCUMENTED, f"{where.get(scope, scope)} `{attr}`") for scope, attr in missing]
+    out += _table(("symbol", "meaning", "read from"), sym_rows)
+    add("")
+    add("### Definitions")
+    add("")
+    g_rows = []
+    for name, fn in guard_functions().items():
+        cells = [tree_md(renderers[p].tree(name)) for p in profs]
+        shown = [cells[0]] + ["*(same)*" if c == cells[0] else c for c in cells[1:]]
+        g_rows.append((_code(name), _docline(fn), *shown))
+    out += _table(("guard", "meaning", *profs), g_rows)
+    add("")
+
+    # invariants
+    add("## Invariants")
+    add("")
+    add("The proof catalogue (`spec/invariants.py`) with the status `prefill-delayer prove` must establish per profile.")
+    add("")
+    out += _table(
+        ("id", "statement", *profs, "note"),
+        ((_code(inv.id), inv.statement, *(inv.expected.get(p, "") for p in profs), getattr(inv, "note", "")) for inv in invariants.CATALOGUE),
+    )
+    add("")
+
+    # parameters
+    add("## Configuration parameters")
+    add("")
+    add("From `PARAMETERS` in `spec/config.py`, which the constructor's validation reads.")
+    add("")
+    out += _table(("parameter", "default", "valid values"), ((_code(q.name), _value(q.default), q.valid) for q in config_module.PARAMETERS))
+    add("")
+
+    # staleness
+    add("## Keeping this page current")
+    add("")
+    add(
+        f"`prefill-delayer docs` rewrites this file and `{PICTURE_NAME}`. `prefill-delayer docs --check` exits "
+        "non-zero with a unified diff when this file differs from what the spec generates, and when the picture "
+        "is missing or does not carry the sha256 of the Mermaid text above (written into the SVG as a comment "
+        "when it is rendered). The SVG is not compared byte for byte: Graphviz output depends on the Graphviz "
+        "build and the installed fonts."
+    )
+    add("")
+    add(f"Spec hash: `{h}`")
+    return "\n".join(out) + "\n"
+
+
+def _effect(t: table.Transition) -> str:
+    parts = []
+    if t.count_effect != table.KEEP:
+        parts.append(table.EFFECT_DOC[t.count_effect])
+    if t.skip_effect != table.KEEP:
+        parts.append(table.EFFECT_DOC[t.skip_effect])
+    return "; ".join(_code(p) for p in parts) if parts else table.EFFECT_DOC[table.KEEP]
+
+
+# ----- the command --------------------------------------------------------------
+
+
+def repo_docs_dir() -> Path:
+    """The checkout's docs/ folder: the repository root is the parent of the spec/ folder."""
+    root = Path(table.__file__).resolve().parent.parent
+    if not ((root / "pyproject.toml").is_file() and (root / "spec").is_dir() and (root / "fsm").is_dir()):
+        raise DocsError(
+            f"cannot find the repository's docs/ folder: the package is not running from a checkout ({root}); "
+            "pass --out DIR"
+        )
+    return root / "docs"
+
+
+def write(out_dir: Path) -> int:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    doc = out_dir / DOC_NAME
+    doc.write_text(generate(), encoding="utf-8", newline="\n")
+    print(f"wrote {doc}")
+    picture = out_dir / PICTURE_NAME
+    picture.write_bytes(render_svg())
+    print(f"wrote {picture}")
+    return 0
+
+
+def check(out_dir: Path) -> int:
+    """0 when the committed doc is what the spec generates and the picture carries the current stamp."""
+    doc, picture = out_dir / DOC_NAME, out_dir / PICTURE_NAME
+    status = 0
+    expected = generate()
+    committed = doc.read_text(encoding="utf-8") if doc.is_file() else ""
+    if committed != expected:
+        sys.stdout.writelines(
+            difflib.unified_diff(
+                committed.splitlines(keepends=True),
+                expected.splitlines(keepends=True),
+                fromfile=f"{doc} (committed)",
+                tofile=f"{doc} (generated from spec {hashing.spec_hash()})",
+            )
+        )
+        what = "is stale" if doc.is_file() else "is missing"
+        print(f"{doc} {what}: run `prefill-delayer docs`", file=sys.stderr)
+        status = 1
+    stamp = picture_stamp(picture.read_bytes()) if picture.is_file() else None
+    if stamp != diagram_digest():
+        what = "is missing" if not picture.is_file() else "was not rendered from the current machine"
+        print(f"{picture} {what}: run `prefill-delayer docs`", file=sys.stderr)
+        status = 1
+    if status == 0:
+        print(f"{doc} and {picture} are up to date (spec {hashing.spec_hash()})")
+    return status
+
+
+def main(args: Any) -> int:
+    """``prefill-delayer docs [--check] [--out DIR]``."""
+    try:
+        out_dir = Path(args.out) if getattr(args, "out", None) else repo_docs_dir()
+        return check(out_dir) if getattr(args, "check", False) else write(out_dir)
+    except DocsError as exc:
+        print(f"prefill-delayer docs: {exc}", file=sys.stderr)
+        return 2

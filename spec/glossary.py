@@ -1,0 +1,55 @@
+"""Names and meanings of the symbols the guards read, as data.
+
+The generated docs (``fsm/docs.py``) render each guard as a formula by
+evaluating it on symbolic stand-ins for ``c``, ``v`` and ``s``; this table says
+what each attribute is called there and what it means. A guard that reads an
+attribute missing here still renders, under its Python name, marked
+undocumented (and the docs tests fail until it is added).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CONFIG, VIEW, LOCAL, ARG = "config", "view", "local", "arg"
+
+
+@dataclass(frozen=True)
+class Symbol:
+    scope: str  # CONFIG | VIEW | LOCAL | ARG (a guard parameter other than o, c, v, s)
+    attr: str  # attribute (or parameter) name in the code
+    shown: str  # name in rendered formulas
+    meaning: str
+    flag: bool = False  # a structural configuration switch (a plain bool even in the proofs)
+
+
+SYMBOLS: tuple[Symbol, ...] = (
+    # the gathered view (spec.view.View), over the counted rows unless said otherwise
+    Symbol(VIEW, "n", "n", "counted rows: attn-TP rank 0 of each DP group (dp_size with DP attention, else 1)"),
+    Symbol(VIEW, "num_prefillable", "num_prefillable", "counted rows with prefillable = 1"),
+    Symbol(VIEW, "num_force", "num_force", "counted rows with force = 1 (the seed's num_token_watermark_force_allow)"),
+    Symbol(VIEW, "running_batch", "RB", "max of running_batch over the counted rows"),
+    Symbol(VIEW, "max_prefill_bs", "PB", "max of max_prefill_bs over the counted rows"),
+    Symbol(VIEW, "waiting_queue_len", "WQ", "max of waiting_queue_len over the counted rows"),
+    Symbol(VIEW, "timeout_any", "timeout_any", "some gathered row, of any rank, has timeout_expired = 1 (read by hardened)"),
+    Symbol(VIEW, "mrr_max", "mrr_max", "max of max_running_requests over all gathered rows (read by hardened)"),
+    # this rank's extended state and local readings (spec.view.Local)
+    Symbol(LOCAL, "waiting", "waiting", "a wait is in progress (control state delaying)"),
+    Symbol(LOCAL, "delayed_count", "delayed_count", "consecutive delays so far in the current wait (0 when none)"),
+    Symbol(LOCAL, "wait_start", "wait_start", "this rank's clock when the wait began, seconds (= now when no wait)"),
+    Symbol(LOCAL, "skip_first_armed", "skip_first_armed", "the one-shot skip (the seed's skip_first_delayer), true at construction"),
+    Symbol(LOCAL, "now", "now", "this rank's clock reading for this pass, seconds"),
+    Symbol(LOCAL, "mrr", "mrr_local", "this rank's own max_running_requests argument"),
+    # the configuration (spec.config.Config), including its derived views
+    Symbol(CONFIG, "enable_dp_attention", "enable_dp_attention", "DP attention is on", flag=True),
+    Symbol(CONFIG, "watermark_on", "watermark_on", "token_usage_low_watermark is set", flag=True),
+    Symbol(CONFIG, "queue_on", "queue_on", "queue_min_ratio is set (the queue trigger exists)", flag=True),
+    Symbol(CONFIG, "watermark", "W", "token_usage_low_watermark"),
+    Symbol(CONFIG, "queue_ratio", "R", "queue_min_ratio"),
+    Symbol(CONFIG, "max_delay_passes", "max_delay_passes", "max_delay_passes"),
+    Symbol(CONFIG, "max_delay_ms", "max_delay_ms", "max_delay_ms (None means 5000)"),
+    Symbol(CONFIG, "dp_size", "dp_size", "dp_size"),
+    # parameters of the local guards
+    Symbol(ARG, "prefillable", "prefillable", "this rank's local_prefillable argument"),
+    Symbol(ARG, "token_usage", "token_usage", "this rank's KV token usage, 0..1"),
+)
