@@ -1,0 +1,240 @@
+"""Benchmark: µs per pass of the bare collective, this runtime, and the seed, over real gloo ranks.
+
+    python -m prefill_delayer.runtime.bench [--worlds 1,2,4] [--passes 400] [--rounds 5]
+
+For each world size, that many processes join a gloo group on 127.0.0.1 and
+time, in interleaved rounds (so drift hits all three alike):
+
+* ``bare``: ``torch.distributed.all_gather_single`` of one 9-int row into a
+  preallocated buffer — the floor any implementation pays;
+* ``ours``: one scheduler pass through ``PrefillDelayerSinglePassExecutor``
+  (negotiate + finalize) of this runtime;
+* ``seed``: the same pass through the seed's classes, when the seed file is
+  found (``runtime._seed.find_seed``), loaded with stubs for its two sglang imports.
+
+Both delayers see the same inputs (a rotating mix of none / mixed / all /
+watermark passes). The figure that matters is the cost *beyond* the bare
+collective; the ratio ours/seed of those is printed. A last section times the
+same passes with the collective replaced by a local copy (one process), which
+isolates the Python cost from gloo's noise. This is not a test: timings on a
+shared two-core machine vary by tens of percent between runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import sys
+import time
+import warnings
+from datetime import timedelta
+from typing import Any, Callable, Optional
+
+from .server_args import ServerArgs
+
+ROW = 9
+SERVER_ARGS = dict(enable_dp_attention=True, prefill_delayer_queue_min_ratio=0.5, prefill_delayer_max_delay_ms=None)
+MAX_DELAY_PASSES = 30
+WATERMARK = 0.5
+
+
+def _inputs(world: int, rank: int, k: int) -> tuple[bool, float, int, int, int, int]:
+    """(prefillable, token_usage, running_batch, max_prefill_bs, max_running_requests, waiting_queue_len) of pass k."""
+    kind = k % 4
+    if kind == 0:  # nobody can prefill
+        return False, 0.9, 0, 0, 0, 0
+    if kind == 1:  # mixed
+        return rank % 2 == 0 or world == 1, 0.9, 40, 16, 256, 4
+    if kind == 2:  # all, queue trigger may hold
+        return True, 0.9, 100, 80, 1024, 10
+    return True, 0.3 if rank == 0 else 0.9, 100, 80, 1024, 10  # watermark force
+
+
+def _pass(executor_cls: Any, delayer: Any, world: int, rank: int, k: int) -> None:
+    prefillable, usage, rb, pb, mrr, wq = _inputs(world, rank, k)
+    ex = executor_cls(delayer, usage)
+    if prefillable:
+        allow = ex.negotiate_should_allow_prefill(prefillable, rb, pb, mrr, wq)
+        ex.finalize(actual_prefill=allow)
+    else:
+        ex.finalize(actual_prefill=False)
+
+
+def _seed_delayer(seed: Any, world: int, group: Any) -> Any:
+    return seed.PrefillDelayer(
+        dp_size=world, attn_tp_size=1, cpu_group=group, server_args=ServerArgs(**SERVER_ARGS),
+        max_delay_passes=MAX_DELAY_PASSES, token_usage_low_watermark=WATERMARK,
+    )
+
+
+def _our_delayer(world: int, group: Any, gather: Any = None) -> Any:
+    from .delayer import PrefillDelayer
+
+    return PrefillDelayer(world, 1, group, ServerArgs(**SERVER_ARGS), MAX_DELAY_PASSES, WATERMARK, gather=gather)
+
+
+def _time_block(fn: Callable[[int], None], passes: int, start: int) -> float:
+    t0 = time.perf_counter()
+    for k in range(start, start + passes):
+        fn(k)
+    return (time.perf_counter() - t0) / passes * 1e6
+
+
+def _worker(rank: int, world: int, port: int, passes: int, rounds: int, seed_path: Optional[str], queue: Any) -> None:
+    warnings.filterwarnings("ignore", message=r".*NumPy.*")
+    import torch
+    import torch.distributed as dist
+
+    from .delayer import PrefillDelayerSinglePassExecutor
+
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=timedelta(seconds=60))
+    try:
+        group = dist.group.WORLD
+        send = torch.zeros(ROW, dtype=torch.int64)
+        recv = torch.zeros(world * ROW, dtype=torch.int64)
+        ours = _our_delayer(world, group)
+        runners: dict[str, Callable[[int], None]] = {
+            "bare": lambda k: dist.all_gather_single(recv, send, group=group),
+            "ours": lambda k: _pass(PrefillDelayerSinglePassExecutor, ours, world, rank, k),
+        }
+        if seed_path:
+            from ._seed import load_seed
+
+            seed = load_seed(seed_path)
+            seed_delayer = _seed_delayer(seed, world, group)
+            runners["seed"] = lambda k: _pass(seed.PrefillDelayerSinglePassExecutor, seed_delayer, world, rank, k)
+        times: dict[str, list[float]] = {name: [] for name in runners}
+        k = 0
+        for name, fn in runners.items():  # warm-up
+            dist.barrier()
+            _time_block(fn, max(passes // 4, 8), k)
+        k += 1000
+        for _ in range(rounds):
+            for name, fn in runners.items():
+                dist.barrier()
+                times[name].append(_time_block(fn, passes, k))
+            k += passes
+        queue.put((rank, {name: statistics.median(ts) for name, ts in times.items()}))
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_world(world: int, passes: int, rounds: int, seed_path: Optional[str], timeout_s: float = 300.0) -> dict[str, float]:
+    """Median µs/pass per runner, the slowest rank's figure (the one the scheduler waits for)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_worker, args=(r, world, port, passes, rounds, seed_path, queue), daemon=True) for r in range(world)]
+    for p in procs:
+        p.start()
+    results: dict[int, dict[str, float]] = {}
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(results) < world:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"world {world}: ranks {sorted(set(range(world)) - set(results))} did not report")
+            try:
+                rank, res = queue.get(timeout=min(left, 1.0))
+                results[rank] = res
+            except Exception:
+                dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
+                if dead:
+                    raise RuntimeError(f"world {world}: ranks {dead} exited with {[procs[r].exitcode for r in dead]}")
+        for p in procs:
+            p.join(10)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+    return {name: max(res[name] for res in results.values()) for name in results[0]}
+
+
+def run_local(passes: int, rounds: int, seed_path: Optional[str]) -> dict[str, float]:
+    """The Python cost alone: world 1, the collective replaced by a copy into a preallocated buffer."""
+    warnings.filterwarnings("ignore", message=r".*NumPy.*")
+    import torch
+
+    from .delayer import PrefillDelayerSinglePassExecutor
+
+    ours = _our_delayer(1, None, gather=lambda row: [list(row)])
+    runners: dict[str, Callable[[int], None]] = {"ours": lambda k: _pass(PrefillDelayerSinglePassExecutor, ours, 1, 0, k)}
+    if seed_path:
+        from ._seed import load_seed
+
+        seed = load_seed(seed_path)
+        sd = object.__new__(seed.PrefillDelayer)  # the seed's __init__ needs a group; set its fields as it would
+        sd.__dict__.update(
+            _max_delay_passes=MAX_DELAY_PASSES, _token_usage_low_watermark=WATERMARK, _queue_min_ratio=0.5,
+            _max_delay_ms=5000.0, _queue_trigger_enabled=True, dp_size=1, enable_dp_attention=True,
+            _gather_group=None, _gather_device="cpu", _metrics_collector=None, _curr_state=None, skip_first_delayer=True,
+            _global_info_buffer=torch.empty((1, 1, 5), dtype=torch.int64),
+        )
+        buf = sd._global_info_buffer
+
+        def gather_info(local_prefillable: bool, local_token_watermark_force_allow: bool, running_batch: int = 0,
+                        max_prefill_bs: int = 0, waiting_queue_len: int = 0) -> Any:
+            # The seed's _gather_info with the collective replaced by a copy.
+            local = torch.tensor([int(local_prefillable), int(local_token_watermark_force_allow), running_batch,
+                                  max_prefill_bs, waiting_queue_len], dtype=torch.int64)
+            buf.flatten().copy_(local)
+            return buf[:, 0, :]
+
+        sd._gather_info = gather_info
+        runners["seed"] = lambda k: _pass(seed.PrefillDelayerSinglePassExecutor, sd, 1, 0, k)
+    times: dict[str, list[float]] = {name: [] for name in runners}
+    for fn in runners.values():
+        _time_block(fn, max(passes // 4, 8), 0)
+    k = 1000
+    for _ in range(rounds):
+        for name, fn in runners.items():
+            times[name].append(_time_block(fn, passes, k))
+        k += passes
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m prefill_delayer.runtime.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--worlds", default="1,2,4", help="comma-separated world sizes (default 1,2,4)")
+    parser.add_argument("--passes", type=int, default=400, help="passes per timed block (default 400)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds; the median is reported (default 5)")
+    parser.add_argument("--no-seed", action="store_true", help="skip the seed even when it is found")
+    args = parser.parse_args(argv)
+    from ._seed import find_seed
+
+    seed = None if args.no_seed else find_seed()
+    print(f"seed: {seed or 'not found (only bare and ours are timed)'}")
+    print(f"{'world':>5} {'bare':>9} {'ours':>9} {'seed':>9} {'ours-bare':>10} {'seed-bare':>10} {'ratio':>6}   (µs per pass)")
+    for world in (int(w) for w in args.worlds.split(",")):
+        r = run_world(world, args.passes, args.rounds, str(seed) if seed else None)
+        _print_row(str(world), r.get("bare"), r["ours"], r.get("seed"))
+    r = run_local(args.passes * 5, args.rounds, str(seed) if seed else None)
+    _print_row("local", 0.0, r["ours"], r.get("seed"))
+    print("local = world 1 with the collective replaced by a copy: the Python cost alone")
+    return 0
+
+
+def _print_row(label: str, bare: Optional[float], ours: float, seed: Optional[float]) -> None:
+    def f(x: Optional[float]) -> str:
+        return f"{x:9.1f}" if x is not None else f"{'-':>9}"
+
+    ours_x = ours - bare if bare is not None else None
+    seed_x = seed - bare if seed is not None and bare is not None else None
+    ratio = f"{ours_x / seed_x:6.2f}" if ours_x is not None and seed_x else f"{'-':>6}"
+    print(f"{label:>5} {f(bare)} {f(ours)} {f(seed)} {f(ours_x):>10} {f(seed_x):>10} {ratio}", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

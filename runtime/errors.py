@@ -1,0 +1,84 @@
+"""Errors the runtime raises on purpose, all under ``spec.errors.PrefillDelayerError``.
+
+Each one is raised *identically on every rank* when its cause is visible in the
+gathered rows (bad input, configuration mismatch), so a scheduler that catches
+it on one rank can rely on its peers having caught the same thing: nobody is
+left waiting in a collective the others abandoned.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from ..spec.errors import ConfigError, PassInputError, PrefillDelayerError
+
+
+def _rebuild(cls: type, args: tuple, state: dict) -> BaseException:
+    err = cls.__new__(cls)
+    err.args = args
+    err.__dict__.update(state)
+    return err
+
+
+class _Picklable:
+    """Keyword-only constructors break ``BaseException``'s default pickling; this keeps
+    the errors transportable (multiprocessing, worker pools) with their attributes."""
+
+    def __reduce__(self) -> tuple:
+        return (_rebuild, (type(self), self.args, self.__dict__))  # type: ignore[attr-defined]
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)
+
+
+class CollectiveError(_Picklable, PrefillDelayerError, RuntimeError):
+    """The all-gather of one pass failed (peer died, timeout, transport error, malformed result).
+
+    The delayer's state is exactly as it was before the pass. ``pass_number`` is
+    the 1-based number of the pass that failed; ``group`` describes the group.
+    """
+
+    def __init__(self, message: str, *, pass_number: int, group: str) -> None:
+        super().__init__(message)
+        self.pass_number = pass_number
+        self.group = group
+
+
+class ConfigMismatchError(_Picklable, ConfigError):
+    """Ranks of one group were built with different configurations.
+
+    Detected from the configuration fingerprint every row carries, on the first
+    pass; every rank raises it with the same message. ``fingerprints`` maps each
+    rank to the fingerprint it sent.
+    """
+
+    def __init__(self, *, pass_number: int, fingerprints: Mapping[int, int], local_config: Mapping[str, object]) -> None:
+        groups: dict[int, list[int]] = {}
+        for rank, fp in fingerprints.items():
+            groups.setdefault(fp, []).append(rank)
+        parts = "; ".join(f"{_ranks(ranks)}: fingerprint {fp:#018x}" for fp, ranks in groups.items())
+        super().__init__(
+            f"pass {pass_number}: ranks of the group were built with different PrefillDelayer "
+            f"configurations ({parts}); build every rank with the same max_delay_passes, "
+            f"token_usage_low_watermark, server_args, dp_size, attn_tp_size and profile"
+        )
+        self.pass_number = pass_number
+        self.fingerprints = dict(fingerprints)
+        self.local_config = dict(local_config)
+
+
+class PeerInputError(_Picklable, PassInputError):
+    """Some rank passed an invalid ``negotiate`` input this pass.
+
+    Every rank raises it with the same message, naming the offending ranks and
+    fields (what the gathered error mask carries). On an offending rank the
+    exception is chained (``__cause__``) to the detailed local ``PassInputError``.
+    ``bad_fields`` maps each offending rank to its bad field names.
+    """
+
+    def __init__(self, *, pass_number: int, bad_fields: Mapping[int, Sequence[str]]) -> None:
+        parts = "; ".join(f"rank {rank}: {', '.join(fields)}" for rank, fields in bad_fields.items())
+        super().__init__(f"pass {pass_number}: invalid negotiate input on {_ranks(list(bad_fields))} ({parts})")
+        self.pass_number = pass_number
+        self.bad_fields = {rank: tuple(fields) for rank, fields in bad_fields.items()}

@@ -1,0 +1,34 @@
+"""The four ``server_args`` fields the delayer reads, so callers need no SGLang.
+
+``PrefillDelayer`` reads any object with these attributes (SGLang's own
+``ServerArgs`` included); this dataclass is the minimal stand-in for tests,
+simulations, the proofs' replay and the example.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Optional
+
+# SGLang's switch for riding the NCCL device group in the overlap scheduler's sync.
+NCCL_ENV = "SGLANG_NCCL_ALL_GATHER_IN_OVERLAP_SCHEDULER_SYNC_BATCH"
+DEBUG_LOG_ENV = "SGLANG_PREFILL_DELAYER_DEBUG_LOG"
+
+
+@dataclass
+class ServerArgs:
+    enable_dp_attention: bool = False
+    disable_overlap_schedule: bool = False
+    prefill_delayer_queue_min_ratio: Optional[float] = None
+    prefill_delayer_max_delay_ms: Optional[float] = None
+
+
+def get_bool_env_var(name: str, default: str = "false") -> bool:
+    """SGLang's parsing of boolean environment variables ("true"/"1", case-insensitive)."""
+    return os.getenv(name, default).strip().lower() in ("true", "1")
+
+
+def uses_device_group(server_args: Any) -> bool:
+    """Whether the seed would gather over ``device_group`` (NCCL) rather than ``cpu_group`` (gloo)."""
+    return bool(server_args.disable_overlap_schedule) or get_bool_env_var(NCCL_ENV)
