@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 import z3
 
 from ..spec.invariants import PROVED, REFUTED, UNKNOWN
-from ..spec.table import Table
+from ..spec.table import Table, holds
 from .model import CTRL, REASON_CODE, Family, Outcome, SymConfig, SymState, count_domain, encode_pass, sym_view
 from .reference_z3 import reference_pass
 from .z3ops import Z3Ops
@@ -76,17 +76,16 @@ def check_partition(fam: Family, table: Table, timeout_ms: int) -> Check:
     st = SymState.fresh("")
     v, vdom = sym_view(c, "")
     now, mrr = z3.Real("now"), z3.Int("mrr")
-    notes = []
+    s = st.local(now, mrr)
     for src in ("idle", "delaying"):
-        s = st.local(now, mrr)
-        s = s._replace(waiting=(src == "delaying"))
-        conds = [__import__("prefill_delayer.spec.table", fromlist=["holds"]).holds(t, o, c, v, s) for t in table.by_source[src]]
+        conds = [holds(t, o, c, v, s) for t in table.by_source[src]]
         exactly_one = z3.PbEq([(cd, 1) for cd in conds], 1)
-        ctrl_ok = st.ctrl == CTRL[src]
-        status, model = _solve(c.domain() + vdom + [ctrl_ok, st.wellformed(), count_domain(mrr), z3.Not(exactly_one)] + o.side, timeout_ms)
+        status, model = _solve(
+            c.domain() + vdom + [st.ctrl == CTRL[src], st.wellformed(), count_domain(mrr), z3.Not(exactly_one)] + o.side,
+            timeout_ms,
+        )
         if status != PROVED:
             return Check(status, fam.label(), f"from {src}", model)
-        notes.append(src)
     return Check(PROVED, fam.label())
 
 
@@ -104,12 +103,16 @@ def check_none_allows(fam: Family, table: Table, timeout_ms: int) -> Check:
 
 
 def check_bounded_delay_step(fam: Family, table: Table, timeout_ms: int) -> Check:
-    """Induction: delayed_count <= bound holds initially and is preserved by every pass."""
+    """Induction: delayed_count <= bound holds initially and is preserved by every pass.
+
+    wait-accounting proves delayed_count is the length of the current run of delays.
+    """
     p = one_pass(fam, table)
     bound = p.c.bound()
-    inv = z3.And(p.st.count <= bound)
+    init = SymState.initial()
+    base = z3.And(init.wellformed(), init.count <= bound)
     post = z3.And(p.out.next.wellformed(), p.out.next.count <= bound)
-    status, model = _solve(p.assumptions + [inv, z3.Not(post)], timeout_ms)
+    status, model = _solve(p.assumptions + [p.st.count <= bound, z3.Not(z3.And(base, post))], timeout_ms)
     return Check(status, fam.label(), "inductive step" if status == PROVED else "inductive step fails", model)
 
 
