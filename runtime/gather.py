@@ -62,6 +62,8 @@ class TorchGather:
                 "(call torch.distributed.init_process_group first), or a gather= callable"
             )
         size = dist.get_world_size(group)
+        if size < 0:
+            raise ConfigError(f"this process is not a member of the {group_name} it was given")
         if size != world_size:
             raise ConfigError(
                 f"{group_name} has {size} ranks but the configuration needs {world_size} "

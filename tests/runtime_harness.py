@@ -16,6 +16,7 @@ import time
 import traceback
 import warnings
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 COLLECTIVE_TIMEOUT_S = 4.0
@@ -41,6 +42,12 @@ def _context() -> Any:
             else:
                 os.environ["PYTHONWARNINGS"] = old
     return _ctx
+
+
+def cases_path() -> Path:
+    """The conformance cases: tests/data/seed_cases.json, else the shared copy next to the repository."""
+    local = Path(__file__).parent / "data" / "seed_cases.json"
+    return local if local.exists() else Path(__file__).resolve().parents[2] / "shared" / "conformance" / "seed_cases.json"
 
 
 def free_port() -> int:

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import json
-import math
 import random
 import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from prefill_delayer.fsm import INITIAL_STATE, State, finalize, local_for, step
+from prefill_delayer.fsm import INITIAL_STATE, finalize, local_for, step
 from prefill_delayer.runtime import (
     CollectiveError,
     ConfigMismatchError,
@@ -29,15 +27,10 @@ from prefill_delayer.runtime._seed import find_seed, load_seed
 from prefill_delayer.spec import PY, Config, ConfigError, PassInput, PassInputError, PrefillDelayerError, gathered_view, local_row
 from prefill_delayer.spec.table import build_table
 
-from runtime_harness import Clock, Recorder, decision_tuple, seed_delayer
+from runtime_harness import Clock, Recorder, cases_path, decision_tuple, seed_delayer
 
 SEED = find_seed()
 needs_seed = pytest.mark.skipif(SEED is None, reason="the seed prefill_delayer.py is not available")
-
-
-def cases_path() -> Path:
-    local = Path(__file__).parent / "data" / "seed_cases.json"
-    return local if local.exists() else Path(__file__).resolve().parents[2] / "shared" / "conformance" / "seed_cases.json"
 
 
 def delayer(world: int, gather: Any, *, dp_attention: bool = True, profile: str = "seed", clock: Any = None,

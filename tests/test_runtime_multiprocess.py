@@ -28,8 +28,7 @@ from prefill_delayer.runtime import (
 )
 from prefill_delayer.spec import ConfigError
 
-from runtime_harness import COLLECTIVE_TIMEOUT_S, Clock, error_info, results, spawn_gloo
-from test_runtime_inprocess import cases_path
+from runtime_harness import COLLECTIVE_TIMEOUT_S, Clock, cases_path, error_info, results, spawn_gloo
 
 pytestmark = pytest.mark.multiprocess
 
