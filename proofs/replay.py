@@ -16,12 +16,11 @@ from .violations import find_violation
 
 def run_trace(trace: dict[str, Any], profile: str | None = None) -> list[list[dict[str, Any]]]:
     """Every rank's decision for every pass of ``trace``, from the runtime."""
-    from ..runtime import InProcessGroup, PrefillDelayer, ServerArgs, run_ranks
+    from ..runtime import PrefillDelayer, ServerArgs, run_ranks
 
     cfg = trace["config"]
     passes = trace["passes"]
     world = len(passes[0]["ranks"])
-    group = InProcessGroup(world)
     server_args = ServerArgs(
         enable_dp_attention=cfg["enable_dp_attention"],
         prefill_delayer_queue_min_ratio=cfg["queue_min_ratio"],
@@ -56,7 +55,7 @@ def run_trace(trace: dict[str, Any], profile: str | None = None) -> list[list[di
             out.append({"allow": d.output_allow, "reason": d.output_reason, "wait_forward_passes": d.wait_forward_passes})
         return out
 
-    per_rank = run_ranks(world, lambda rank, _g: rank_main(rank, group.gather_for(rank)))
+    per_rank = run_ranks(world, rank_main)
     return [[per_rank[r][i] for r in range(world)] for i in range(len(passes))]
 
 

@@ -70,39 +70,37 @@ EQUIVALENT = {
 }
 
 
-def _mutants():
-    """(guard name, mutation label, occurrence, mutated source) for every comparison and connective."""
-    out = []
-    for name, fn in inspect.getmembers(guards, inspect.isfunction):
-        src = textwrap.dedent(inspect.getsource(fn))
-        tree = ast.parse(src)
-        sites = []
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Compare):
-                sites += [("cmp", node, i) for i, op in enumerate(node.ops) if type(op) in _FLIP]
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _CONNECTIVE:
-                sites.append(("conn", node, 0))
-        counts: dict[str, int] = {}
-        for kind, node, i in sites:
-            if kind == "cmp":
-                label = f"{type(node.ops[i]).__name__}->{_FLIP[type(node.ops[i])].__name__}"
-            else:
-                label = f"{node.func.attr}->{_CONNECTIVE[node.func.attr]}"
-            occurrence = counts.get(label, 0)
-            counts[label] = occurrence + 1
-            out.append((name, label, occurrence, _mutate(src, sites.index((kind, node, i)))))
-    return out
-
-
-def _mutate(src: str, site_index: int) -> str:
-    tree = ast.parse(src)
+def _sites(tree: ast.AST) -> list:
+    """Every mutable spot of a parsed guard, in a fixed order: (kind, node, operand index)."""
     sites = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Compare):
             sites += [("cmp", node, i) for i, op in enumerate(node.ops) if type(op) in _FLIP]
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _CONNECTIVE:
             sites.append(("conn", node, 0))
-    kind, node, i = sites[site_index]
+    return sites
+
+
+def _mutants():
+    """(guard name, mutation label, occurrence, mutated source) for every comparison and connective."""
+    out = []
+    for name, fn in inspect.getmembers(guards, inspect.isfunction):
+        src = textwrap.dedent(inspect.getsource(fn))
+        counts: dict[str, int] = {}
+        for index, (kind, node, i) in enumerate(_sites(ast.parse(src))):
+            if kind == "cmp":
+                label = f"{type(node.ops[i]).__name__}->{_FLIP[type(node.ops[i])].__name__}"
+            else:
+                label = f"{node.func.attr}->{_CONNECTIVE[node.func.attr]}"
+            occurrence = counts.get(label, 0)
+            counts[label] = occurrence + 1
+            out.append((name, label, occurrence, _mutate(src, index)))
+    return out
+
+
+def _mutate(src: str, site_index: int) -> str:
+    tree = ast.parse(src)
+    kind, node, i = _sites(tree)[site_index]
     if kind == "cmp":
         node.ops[i] = _FLIP[type(node.ops[i])]()
     else:
