@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from . import guards
+from .ops import PY
 
 IDLE, DELAYING, RELEASED = "idle", "delaying", "released"
 STATES = (IDLE, DELAYING, RELEASED)
@@ -134,15 +135,23 @@ def holds(t: Transition, o: Any, c: Any, v: Any, s: Any, memo: Optional[dict] = 
     """Whether ``t``'s guards all hold (a bool, or a Z3 term under ``Z3Ops``).
 
     ``memo`` (one dict per pass) lets the rows of one source share guard values.
+    On Python values the conjunction short-circuits (guards are pure, so this
+    is the same conjunction, evaluated lazily: the runtime's hot path).
     """
+    if o is PY:
+        for lit, fn in zip(t.lits, t.fns):
+            if memo is None:
+                value = fn(o, c, v, s)
+            else:
+                value = memo.get(lit.guard)
+                if value is None:
+                    value = memo[lit.guard] = fn(o, c, v, s)
+            if (not value) == lit.positive:
+                return False
+        return True
     values = []
     for lit, fn in zip(t.lits, t.fns):
-        if memo is None:
-            value = fn(o, c, v, s)
-        else:
-            value = memo.get(lit.guard)
-            if value is None:
-                value = memo[lit.guard] = fn(o, c, v, s)
+        value = fn(o, c, v, s)
         values.append(value if lit.positive else o.Not(value))
     return o.And(*values)
 
