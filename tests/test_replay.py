@@ -53,3 +53,41 @@ def test_cli_replay_exit_codes(tmp_path, traces):
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps({"property": "agreement"}))
     assert cli(["replay", str(broken)]) == 2
+
+
+@pytest.mark.parametrize("prop", ["bounded-delay", "agreement"])
+def test_seed_itself_reproduces_counterexample(traces, prop):
+    """The trace is about the original code, not only ours: SGLang's seed makes the same decisions."""
+    from prefill_delayer.runtime import ServerArgs, run_ranks
+    from prefill_delayer.runtime._seed import find_seed, load_seed
+
+    from runtime_harness import seed_delayer
+
+    if find_seed() is None:
+        pytest.skip("the seed (../shared/seed/prefill_delayer.py) is not beside this checkout")
+    trace = traces[prop]
+    cfg, passes = trace["config"], trace["passes"]
+    server_args = ServerArgs(
+        enable_dp_attention=cfg["enable_dp_attention"],
+        prefill_delayer_queue_min_ratio=cfg["queue_min_ratio"],
+        prefill_delayer_max_delay_ms=cfg["max_delay_ms"],
+    )
+
+    def rank_main(rank, gather):
+        now = [0.0]
+        seed = load_seed(clock=lambda: now[0])
+        delayer = seed_delayer(seed, cfg["dp_size"], cfg["attn_tp_size"], server_args, cfg["max_delay_passes"], cfg["token_usage_low_watermark"], gather)
+        out = []
+        for p in passes:
+            x = p["ranks"][rank]
+            now[0] = x["now_s"]
+            d = delayer._negotiate_should_allow_prefill(
+                x["prefillable"], x["token_usage"], x["running_batch"], x["max_prefill_bs"], x["max_running_requests"], x["waiting_queue_len"]
+            )
+            out.append({"allow": d.output_allow, "reason": d.output_reason, "wait_forward_passes": d.wait_forward_passes})
+        return out
+
+    per_rank = run_ranks(len(passes[0]["ranks"]), rank_main)
+    decisions = [[per_rank[r][i] for r in range(len(per_rank))] for i in range(len(passes))]
+    assert decisions == [p["expect"] for p in passes]
+    assert find_violation(prop, cfg, decisions) is not None
