@@ -1,0 +1,141 @@
+"""The ``transitions`` machine is the table, is built once per delayer, and agrees with ``step``."""
+
+from __future__ import annotations
+
+import pytest
+import transitions
+from hypothesis import given
+from hypothesis import strategies as st
+
+from prefill_delayer.fsm import INITIAL_STATE, DelayerMachine, State, finalize, local_for, step
+from prefill_delayer.spec import Config, PassInput
+from prefill_delayer.spec.table import DELAYING, EVENTS, IDLE, NEGOTIATE, RELEASED, STATES, build_table
+from prefill_delayer.spec.view import Local, View
+
+from fsm_sim import machines_pass
+
+PROFILES = ("seed", "hardened")
+
+
+def _machines_of(delayer: DelayerMachine) -> list[transitions.Machine]:
+    return [v for v in vars(delayer).values() if isinstance(v, transitions.Machine)]
+
+
+def test_initial_state():
+    m = DelayerMachine(Config())
+    assert m.state == INITIAL_STATE == State(IDLE, 0, None, True)
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_machine_transitions_are_the_tables_rows(profile):
+    table = build_table(profile)
+    delayer = DelayerMachine(Config(profile=profile))
+    (machine,) = _machines_of(delayer)
+    assert set(machine.events) == set(EVENTS)
+    assert set(machine.states) == set(STATES)
+    for event in EVENTS:
+        for source in STATES:
+            rows = [t for t in table if t.event == event and t.source == source]
+            got = machine.get_transitions(trigger=event, source=source)
+            assert [(t.source, t.dest) for t in got] == [(r.source, r.dest) for r in rows]
+            assert [len(t.conditions) for t in got] == [1 if r.lits else 0 for r in rows]
+
+
+def test_machine_is_built_once_per_delayer(monkeypatch):
+    built = []
+    original = transitions.Machine.__init__
+
+    def counting_init(self, *args, **kwargs):
+        built.append(self)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(transitions.Machine, "__init__", counting_init)
+    config = Config(max_delay_passes=4, queue_min_ratio=0.5, dp_size=2, enable_dp_attention=True, profile="hardened")
+    delayers = [DelayerMachine(config), DelayerMachine(config)]
+    assert len(built) == 2
+    machines = [_machines_of(d) for d in delayers]
+    assert [len(ms) for ms in machines] == [1, 1] and machines[0][0] is not machines[1][0]
+    shapes = [
+        [PassInput(True, 1.0, 10, 5, 12, 0)] * 2,  # slot trigger: absorb, then delays
+        [PassInput(True, 1.0), PassInput(False, 1.0)],  # mixed
+        [PassInput(False, 1.0)] * 2,  # none
+    ]
+    for k in range(30):
+        machines_pass(config, delayers, shapes[k % 3 if k > 5 else 0], [float(k)] * 2)
+        for d in delayers:
+            d.finalize()
+    assert len(built) == 2
+    assert [_machines_of(d) for d in delayers] == machines
+
+
+def test_negotiate_needs_a_finalized_state():
+    config = Config()
+    delayer = DelayerMachine(config)
+    machines_pass(config, [delayer], [PassInput(False, 1.0)], [0.0])
+    assert delayer.state.control == RELEASED
+    with pytest.raises(ValueError, match="finalize"):
+        local_for(delayer.state, 0.0, 0)
+    assert delayer.finalize().control == IDLE
+    assert finalize(State(DELAYING, 2, 1.0, False)) == State(DELAYING, 2, 1.0, False)
+
+
+# Arbitrary views and states, including ones no gather produces (e.g. counts far past
+# the cap): wherever the table is defined, the machine and the pure step agree.
+COUNT = st.integers(0, 300)
+
+
+@st.composite
+def views(draw, config: Config):
+    n = config.dp_dim
+    num_prefillable = draw(st.integers(0, n))
+    return View(
+        n=n,
+        num_prefillable=num_prefillable,
+        num_force=draw(st.integers(0, num_prefillable)),
+        running_batch=draw(COUNT),
+        max_prefill_bs=draw(COUNT),
+        waiting_queue_len=draw(COUNT),
+        timeout_any=draw(st.booleans()),
+        mrr_max=draw(COUNT),
+    )
+
+
+@st.composite
+def cases(draw):
+    config = Config(
+        max_delay_passes=draw(st.integers(0, 6)),
+        token_usage_low_watermark=draw(st.sampled_from([None, 0.5])),
+        queue_min_ratio=draw(st.sampled_from([None, 0.29, 0.5, 1.0, 3.0])),
+        max_delay_ms=draw(st.sampled_from([None, 1.0])),
+        dp_size=draw(st.integers(1, 4)),
+        attn_tp_size=draw(st.integers(1, 2)),
+        enable_dp_attention=draw(st.booleans()),
+        profile=draw(st.sampled_from(PROFILES)),
+    )
+    now = draw(st.floats(0.0, 10.0))
+    if draw(st.booleans()):
+        state = State(DELAYING, draw(st.integers(1, 40)), now - draw(st.floats(0.0, 0.01)), draw(st.booleans()))
+    else:
+        state = State(IDLE, 0, None, draw(st.booleans()))
+    local = local_for(state, now, draw(COUNT))
+    return config, state, draw(views(config)), local
+
+
+@given(cases())
+def test_machine_and_step_agree_on_any_view(case):
+    config, state, view, local = case
+    assert isinstance(local, Local)
+    delayer = DelayerMachine(config)
+    delayer.restore(state)
+    by_machine = delayer.negotiate(view, local)
+    by_step = step(config, build_table(config.profile), state, view, local)
+    assert by_machine == by_step
+    assert delayer.state == by_step.next_state
+    assert delayer.finalize() == finalize(by_step.next_state)
+    # A delay never reports wait, a release never keeps one.
+    if by_step.output_allow:
+        assert by_step.next_state.delayed_count == 0 and by_step.next_state.wait_start is None
+        assert by_step.wait_forward_passes == state.delayed_count
+    else:
+        assert by_step.next_state.delayed_count == state.delayed_count + 1
+        assert (by_step.wait_forward_passes, by_step.wait_seconds) == (0, 0.0)
