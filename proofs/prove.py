@@ -85,9 +85,9 @@ def check_property(prop: str, profile: str, table: Table, base: Config, timeout_
     if status == REFUTED and prop in BMC_SEARCH:
         violation, pick, extra = BMC_SEARCH[prop]
         fam = next(f for f in fams if pick(f))
-        found, trace = bmc.shortest(fam, table, violation, extra, timeout_ms)
-        if found == REFUTED and extra is not None and trace is None:
-            found, trace = bmc.shortest(fam, table, violation, None, timeout_ms)
+        _, trace = bmc.shortest(fam, table, violation, extra, timeout_ms)
+        if trace is None and extra is not None:  # not the expected defect: any counterexample will do
+            _, trace = bmc.shortest(fam, table, violation, None, timeout_ms)
         if trace is None:
             status = UNKNOWN
             note += f"; no run from fresh delayers shows it within {bmc.MAX_PASSES} passes"
