@@ -147,3 +147,16 @@ def test_prove_fails_without_the_hardened_pass_cap():
 
     results = run_catalogue(profiles=("hardened",), table_for=uncapped, properties=["bounded-delay"])
     assert results[0].status == "refuted" and results[0].expected == "proved"
+
+
+def test_agreement_counterexample_falls_back_to_local_arguments(monkeypatch):
+    """A hardened mutant that reads the local max_running_requests again (upstream #32389):
+    no clock-only divergence exists, so the search must find one through the local argument."""
+
+    def local_mrr(o, c, v, s):
+        return s.mrr if c.enable_dp_attention else o.ceil_div(s.mrr, c.dp_size)
+
+    monkeypatch.setattr(guards, "effective_max_running_requests", local_mrr)
+    [res] = run_catalogue(profiles=("hardened",), properties=["agreement"])
+    assert res.status == "refuted" and res.trace is not None
+    assert any(p["ranks"][0]["max_running_requests"] != p["ranks"][1]["max_running_requests"] for p in res.trace["passes"])
