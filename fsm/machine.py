@@ -104,7 +104,8 @@ class DelayerMachine:
         return self._vars._replace(control=self._model.state)
 
     def restore(self, state: State) -> None:
-        """Put the machine into ``state`` (used to undo nothing: negotiate is atomic)."""
+        """Put the machine into ``state``: how the runtime rolls back a failed pass (which may
+        have finalized the previous one first) and sets the seed's ``skip_first_delayer``."""
         self._machine.set_state(state.control, model=self._model)
         self._vars = state
 
