@@ -5,7 +5,9 @@ number of ranks. This check builds real rows with the spec's ``local_row`` for
 every rank layout up to 8 DP groups x attn-TP 2 (DP attention on and off),
 aggregates them with the spec's ``gathered_view``, and proves the result is
 (a) inside the abstract view's domain and (b) equal to an independent
-definition of each aggregate over the rows.
+definition of each aggregate over the rows; and (c) that every view in the
+domain is the view of some rows (a witness built from it), so the abstract
+domain is neither weaker nor stronger than the rows.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import z3
 from ..spec.inputs import PassInput
 from ..spec.invariants import PROVED
 from ..spec.view import Local, gathered_view, local_row
-from .model import Family, count_domain, view_domain
+from .model import Family, count_domain, sym_view, view_domain
 from .properties import Check, _solve
 from .reference_z3 import reference_local_force, reference_timeout_flag
 from .z3ops import Z3Ops
@@ -66,15 +68,44 @@ def check_layout(fam: Family, dp_attn: bool, dp_dim: int, tp: int, timeout_ms: i
         _is_max(view.mrr_max, [k[5] for k in ranks]),
     )
     # (a) the abstract domain the single-step proofs assume, instantiated on this view.
-    assumed = z3.And(*view_domain(view._replace(n=z3.IntVal(view.n))))
+    assumed = z3.And(*view_domain(view._replace(n=z3.IntVal(view.n)), c))
     status, model = _solve(dom + o.side + [z3.Not(z3.And(expected, assumed))], timeout_ms)
     label = f"{'dp-attn' if dp_attn else 'tp-only'} dp={dp_dim} tp={tp}"
     return Check(status, label, model=model)
 
 
+def check_layout_complete(fam: Family, dp_attn: bool, dp_dim: int, tp: int, timeout_ms: int) -> Check:
+    """(c) every view in the abstract domain is the view of some rows of this layout.
+
+    The rows are a witness built from the abstract view: counted rank g is
+    prefillable iff g < num_prefillable and below the watermark iff
+    g < num_force; every rank reports the maxima; every rank's wait has
+    expired iff timeout_any. The spec's ``local_row`` and ``gathered_view``
+    then give back exactly the abstract view.
+    """
+    o = Z3Ops()
+    c = replace(fam.sym_config(), enable_dp_attention=dp_attn, dp_size=dp_dim if dp_attn else fam.dp_size, attn_tp_size=tp)
+    abstract = sym_view(c, "_abs")[0]._replace(n=z3.IntVal(dp_dim))
+    adom = view_domain(abstract, c)
+    rows = []
+    for r in range(dp_dim * tp):
+        g = r // tp if r % tp == 0 else dp_dim  # non-counted ranks: neither prefillable nor forcing
+        pre = z3.And(z3.BoolVal(g < dp_dim), g < abstract.num_prefillable)
+        tu = z3.If(g < abstract.num_force, z3.RealVal(0), c.watermark)
+        now = z3.If(abstract.timeout_any, c.max_delay_ms / 1000, 0)
+        inp = PassInput(pre, tu, abstract.running_batch, abstract.max_prefill_bs, abstract.mrr_max, abstract.waiting_queue_len)
+        local = Local(abstract.timeout_any, z3.IntVal(1), z3.RealVal(0), z3.BoolVal(False), now, abstract.mrr_max)
+        rows.append(local_row(o, c, inp, local) + [0, 0])
+    view = gathered_view(o, c, rows)
+    same = z3.And(*[a == b for a, b in zip(view, abstract)])
+    status, model = _solve(c.domain() + adom + o.side + [z3.Not(same)], timeout_ms)
+    return Check(status, f"complete {'dp-attn' if dp_attn else 'tp-only'} dp={dp_dim} tp={tp}", model=model)
+
+
 def check_aggregate_view(fam: Family, timeout_ms: int) -> Check:
     for dp_attn, dp_dim, tp in layouts():
-        res = check_layout(fam, dp_attn, dp_dim, tp, timeout_ms)
-        if res.status != PROVED:
-            return res
-    return Check(PROVED, fam.label(), f"{len(layouts())} layouts, up to {MAX_DP * max(TP_SIZES)} ranks")
+        for check in (check_layout, check_layout_complete):
+            res = check(fam, dp_attn, dp_dim, tp, timeout_ms)
+            if res.status != PROVED:
+                return res
+    return Check(PROVED, fam.label(), f"{len(layouts())} layouts, up to {MAX_DP * max(TP_SIZES)} ranks, both directions")

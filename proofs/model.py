@@ -114,16 +114,19 @@ def sym_view(c: SymConfig, tag: str) -> tuple[View, list]:
         timeout_any=z3.Bool(f"timeout_any{tag}"),
         mrr_max=z3.Int(f"mrr_max{tag}"),
     )
-    return v, view_domain(v)
+    return v, view_domain(v, c)
 
 
-def view_domain(v: View) -> list:
-    """What the rows guarantee of any view (``aggregates`` proves it per rank layout)."""
+def view_domain(v: View, c: SymConfig) -> list:
+    """Exactly what rows can give: ``aggregates`` proves every view of rows is in it, and
+    every view in it is the view of some rows, for each rank layout."""
     return [
         v.n >= 1,
         0 <= v.num_force,
         v.num_force <= v.num_prefillable,  # a row's force flag implies its prefillable flag
         v.num_prefillable <= v.n,
+        # force needs the watermark on and some usage (>= 0) strictly below it
+        z3.Implies(v.num_force > 0, z3.And(c.watermark_on, c.watermark > 0)),
         count_domain(v.running_batch),
         count_domain(v.max_prefill_bs),
         count_domain(v.waiting_queue_len),
