@@ -123,22 +123,22 @@ def run_catalogue(
     return results
 
 
-def run_parallel(profiles: Sequence[str], timeout_ms: int, jobs: int) -> list[Result]:
+def run_parallel(profiles: Sequence[str], timeout_ms: int, jobs: int, base: Config = PROVE_BASE) -> list[Result]:
     """One process per profile (Z3 is single-threaded; CI has two cores)."""
     if jobs <= 1 or len(profiles) <= 1:
-        return run_catalogue(profiles, timeout_ms=timeout_ms)
+        return run_catalogue(profiles, base, timeout_ms=timeout_ms)
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
     with ProcessPoolExecutor(max_workers=min(jobs, len(profiles)), mp_context=ctx) as pool:
-        parts = pool.map(_run_one_profile, [(p, timeout_ms) for p in profiles])
+        parts = pool.map(_run_one_profile, [(p, timeout_ms, base) for p in profiles])
         return [r for part in parts for r in part]
 
 
-def _run_one_profile(job: tuple[str, int]) -> list[Result]:
-    profile, timeout_ms = job
-    return run_catalogue((profile,), timeout_ms=timeout_ms)
+def _run_one_profile(job: tuple[str, int, Config]) -> list[Result]:
+    profile, timeout_ms, base = job
+    return run_catalogue((profile,), base, timeout_ms=timeout_ms)
 
 
 def format_table(results: Sequence[Result]) -> str:
@@ -156,7 +156,12 @@ def format_table(results: Sequence[Result]) -> str:
 def main(args: Any) -> int:
     profiles = tuple(dict.fromkeys(args.profile)) if args.profile else ("seed", "hardened")
     t0 = time.perf_counter()
-    results = run_parallel(profiles, args.timeout_ms, args.jobs)
+    try:
+        base = PROVE_BASE.replace(queue_min_ratio=args.queue_min_ratio, dp_size=args.dp_size)
+    except ValueError as exc:
+        print(f"prove: {exc}")
+        return 2
+    results = run_parallel(profiles, args.timeout_ms, args.jobs, base)
     total = time.perf_counter() - t0
     if args.traces:
         for r in results:
@@ -165,7 +170,8 @@ def main(args: Any) -> int:
     print(format_table(results))
     print(
         f"\nspec {spec_hash()}; numeric parameters symbolic (max_delay_passes >= 0, max_delay_ms > 0, "
-        f"watermark off or in [0, 1]); DP ranks: any number; {total:.2f}s in all"
+        f"watermark off or in [0, 1]); DP ranks: any number; queue trigger off and at ratio "
+        f"{base.queue_min_ratio!r}; without DP attention dp_size={base.dp_size}; {total:.2f}s in all"
     )
     for r in results:
         if r.trace is not None:

@@ -160,3 +160,13 @@ def test_agreement_counterexample_falls_back_to_local_arguments(monkeypatch):
     [res] = run_catalogue(profiles=("hardened",), properties=["agreement"])
     assert res.status == "refuted" and res.trace is not None
     assert any(p["ranks"][0]["max_running_requests"] != p["ranks"][1]["max_running_requests"] for p in res.trace["passes"])
+
+
+def test_cli_prove_at_another_ratio_and_rejects_a_bad_one(capsys):
+    """0.29 is a ratio whose double products round above their exact floor (int(300 * 0.29) == 87)."""
+    from prefill_delayer.proofs.cli import main
+
+    assert main(["prove", "--queue-min-ratio", "0.29", "--dp-size", "3", "--jobs", "1"]) == 0
+    assert "ratio 0.29" in capsys.readouterr().out
+    assert main(["prove", "--queue-min-ratio", "0"]) == 2
+    assert "queue_min_ratio" in capsys.readouterr().out
