@@ -36,7 +36,7 @@ from ..spec import hashing, invariants, profiles, table
 from ..spec.glossary import ARG, CONFIG, LOCAL, SYMBOLS, VIEW
 from .machine import add_table
 from .step import INITIAL_STATE
-from .textops import TEXT, UNDOCUMENTED, Case, Expr, Leaf, Renderer, Tree, flag_shown, guard_functions
+from .textops import TEXT, UNDOCUMENTED, Expr, Leaf, Renderer, Tree, flag_shown, guard_functions
 
 DOC_NAME = "transitions.md"
 PICTURE_NAME = "transitions.svg"

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from prefill_delayer.fsm import INITIAL_STATE, DelayerMachine, State, finalize, local_for, step
 from prefill_delayer.spec import Config, PassInput
-from prefill_delayer.spec.table import DELAYING, EVENTS, IDLE, NEGOTIATE, RELEASED, STATES, build_table
+from prefill_delayer.spec.table import DELAYING, EVENTS, IDLE, RELEASED, STATES, build_table
 from prefill_delayer.spec.view import Local, View
 
 from fsm_sim import machines_pass

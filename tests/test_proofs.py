@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("z3")
 
-from prefill_delayer.proofs.prove import PROVE_BASE, run_catalogue  # noqa: E402
+from prefill_delayer.proofs.prove import run_catalogue  # noqa: E402
 from prefill_delayer.proofs.trace import validate_trace  # noqa: E402
 from prefill_delayer.spec import guards  # noqa: E402
 from prefill_delayer.spec.invariants import CATALOGUE  # noqa: E402
