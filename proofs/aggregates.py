@@ -36,13 +36,18 @@ def layouts() -> list[tuple[bool, int, int]]:
     return out
 
 
+def layout_config(fam: Family, dp_attn: bool, dp_dim: int, tp: int) -> Any:
+    """The family's symbolic configuration, for one concrete rank layout."""
+    return replace(fam.sym_config(), enable_dp_attention=dp_attn, dp_size=dp_dim if dp_attn else fam.dp_size, attn_tp_size=tp)
+
+
 def _is_max(m: Any, xs: list) -> Any:
     return z3.And(z3.And(*[m >= x for x in xs]), z3.Or(*[m == x for x in xs]))
 
 
 def check_layout(fam: Family, dp_attn: bool, dp_dim: int, tp: int, timeout_ms: int) -> Check:
     o = Z3Ops()
-    c = replace(fam.sym_config(), enable_dp_attention=dp_attn, dp_size=dp_dim if dp_attn else fam.dp_size, attn_tp_size=tp)
+    c = layout_config(fam, dp_attn, dp_dim, tp)
     world = dp_dim * tp
     dom = c.domain()
     rows, ranks = [], []
@@ -84,7 +89,7 @@ def check_layout_complete(fam: Family, dp_attn: bool, dp_dim: int, tp: int, time
     then give back exactly the abstract view.
     """
     o = Z3Ops()
-    c = replace(fam.sym_config(), enable_dp_attention=dp_attn, dp_size=dp_dim if dp_attn else fam.dp_size, attn_tp_size=tp)
+    c = layout_config(fam, dp_attn, dp_dim, tp)
     abstract = sym_view(c, "_abs")[0]._replace(n=z3.IntVal(dp_dim))
     adom = view_domain(abstract, c)
     rows = []

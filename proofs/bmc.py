@@ -34,11 +34,10 @@ class Unrolling:
         self.o = Z3Ops()
         self.c = replace(fam.sym_config(), enable_dp_attention=True, dp_size=RANKS, attn_tp_size=1)
         c = self.c
-        self.mdp_min = 2
         self.ms = z3.Int("max_delay_ms_int")
         self.wm = z3.Int("watermark_1024")
         self.assertions: list = [
-            c.max_delay_passes >= self.mdp_min,  # a bound of 0 would make the example degenerate
+            c.max_delay_passes >= 2,  # a bound of 0 would make the example degenerate
             c.max_delay_passes <= 10,
             self.ms >= 1,
             self.ms <= 100_000,
