@@ -51,12 +51,16 @@ def select(c: Any, table: Table, state: State, view: View, local: Local) -> Tran
     raise AssertionError(f"no negotiate transition from {state.control!r} holds for {view}, {local}")
 
 
-def decide(c: Any, t: Transition, view: View, local: Local) -> Decision:
-    """Apply the fired transition ``t``: the pass's decision and the rank's next state."""
-    e = Effect(t, PY, c, view, local)
+def decide(c: Any, t: Transition, view: View, local: Local, o: Any = PY) -> Decision:
+    """Apply the fired transition ``t``: the pass's decision and the rank's next state.
+
+    ``o`` is the operator layer: ``PyOps`` for values; ``fsm.compiled`` passes its
+    source-emitting layer to derive the compiled step's return expression from here.
+    """
+    e = Effect(t, o, c, view, local)
     return Decision(
         next_state=State(t.dest, e.delayed_count, e.wait_start, e.skip_first_armed),
-        input_estimation=status_name(PY, c, view),
+        input_estimation=status_name(o, c, view),
         output_allow=e.allow,
         output_reason=e.reason,
         num_prefillable=view.num_prefillable,

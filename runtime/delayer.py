@@ -1,16 +1,20 @@
 """Drop-in ``PrefillDelayer`` / ``PrefillDelayerSinglePassExecutor`` driving the spec's FSM.
 
 One pass, on every rank: read the clock once, validate the input, build this
-rank's row with ``spec.view.local_row`` (plus the input-error mask and the
-configuration fingerprint), all-gather the rows, check them, aggregate them
-with ``spec.view.gathered_view`` and fire the ``transitions`` machine built from
-the spec's table. No guard is restated here: what the pass decides is what
-the table's transition that fires says.
+rank's row (the spec's ``local_row`` plus the input-error mask and the
+configuration fingerprint), all-gather the rows, check them, and step the FSM
+on them. No guard is restated here: the step is ``fsm.compiled.CompiledStep``,
+the transition table compiled from the spec's rows and guards for this
+configuration (the ``transitions`` machine's own event dispatch costs more per
+pass than the policy). With ``PREFILL_DELAYER_CROSSCHECK=1`` every pass is also
+fired through the ``transitions`` machine (``fsm.DelayerMachine``) and any
+difference raises ``AssertionError``; the test suite runs that way.
 
-Failures never half-update the delayer: the machine's state is snapshotted
-before the pass and restored on any error. Errors whose cause is in the
-gathered rows (a bad input on some rank, a configuration mismatch) are raised
-identically on every rank, after a collective every rank took part in.
+Failures never half-update the delayer: a pass computes its next state without
+touching the current one and stores it only once the pass has succeeded.
+Errors whose cause is in the gathered rows (a bad input on some rank, a
+configuration mismatch) are raised identically on every rank, after a
+collective every rank took part in.
 """
 
 from __future__ import annotations
@@ -19,16 +23,21 @@ import logging
 import time
 from typing import Any, Callable, NoReturn, Optional, Sequence
 
-from ..fsm import DelayerMachine, Decision, State, local_for
+from ..fsm import INITIAL_STATE, DelayerMachine, Decision, State, local_for
+from ..fsm.compiled import CompiledStep
 from ..spec.config import Config
 from ..spec.errors import ConfigError, PassInputError
-from ..spec.inputs import PassInput, input_problems, mask_fields, problems_mask
+from ..spec.inputs import args_problems, mask_fields, problems_mask
 from ..spec.ops import PY
-from ..spec.table import IDLE, RELEASED
-from ..spec.view import F_ERROR, F_FINGERPRINT, ROW_LEN, gathered_view, local_row
+from ..spec.table import IDLE
+from ..spec.view import F_ERROR, F_FINGERPRINT, ROW_LEN, gathered_view
 from .errors import CollectiveError, ConfigMismatchError, PeerInputError
 from .gather import GatherFn, default_gather, describe
 from .metrics import record_single_pass_result
+from .server_args import get_bool_env_var
+
+# Fire every pass through the ``transitions`` machine too and compare (tests, debugging).
+CROSSCHECK_ENV = "PREFILL_DELAYER_CROSSCHECK"
 
 logger = logging.getLogger(__name__)
 
@@ -116,14 +125,18 @@ class PrefillDelayer:
                     "(dp_size x attn_tp_size with DP attention, else attn_tp_size)"
                 )
         self._gather: GatherFn = gather
+        # A gather that can hand back the concatenated rows (``TorchGather``) saves
+        # building per-rank lists; any other is flattened after a shape check.
+        self._gather_flat: Optional[Callable[[Sequence[int]], Sequence[int]]] = getattr(gather, "gather_flat", None)
         self._group = describe(gather)
         self._world_size = c.world_size
+        self._flat_len = c.world_size * ROW_LEN
         self._fingerprint = c.fingerprint()
         self._error_row_head = [0] * _N_POLICY_FIELDS
-        self._machine = DelayerMachine(c)
-        # Mirror of the machine's state, updated by every method that moves the
-        # machine (it is private to this object): saves rebuilding it per pass.
-        self._state: State = self._machine.state
+        # The compiled row ends with input_error = 0 and the configuration fingerprint.
+        self._step = CompiledStep(c, row_tail=(0, self._fingerprint))
+        self._shadow: Optional[DelayerMachine] = DelayerMachine(c, self._step.table) if get_bool_env_var(CROSSCHECK_ENV) else None
+        self._state: State = INITIAL_STATE
         self._passes = 0
 
     # ----- state -------------------------------------------------------------
@@ -147,9 +160,7 @@ class PrefillDelayer:
     def skip_first_delayer(self, value: bool) -> None:
         if not isinstance(value, bool):
             raise TypeError(f"skip_first_delayer must be a bool, got {value!r}")
-        state = self._state._replace(skip_first_armed=value)
-        self._machine.restore(state)
-        self._state = state
+        self._state = self._state._replace(skip_first_armed=value)
 
     # ----- one pass ----------------------------------------------------------
 
@@ -162,7 +173,7 @@ class PrefillDelayer:
         max_running_requests: int = 0,
         waiting_queue_len: int = 0,
     ) -> Decision:
-        """One pass: gather every rank's row and fire the machine's ``negotiate``.
+        """One pass: gather every rank's row and fire the FSM's ``negotiate``.
 
         Returns the seed's output fields (``fsm.Decision``). A pass left in
         ``released`` by a caller that never finalized is finalized first (the
@@ -171,44 +182,38 @@ class PrefillDelayer:
         every rank alike, ``CollectiveError`` when the gather fails; in every
         case the state is as before the call.
         """
-        machine = self._machine
-        before = self._state
+        step = self._step
+        state = step.finalize(self._state)
         pass_number = self._passes + 1
-        inp = PassInput(local_prefillable, token_usage, running_batch, max_prefill_bs, max_running_requests, waiting_queue_len)
-        problems = input_problems(inp)
+        problems = args_problems(
+            local_prefillable, token_usage, running_batch, max_prefill_bs, max_running_requests, waiting_queue_len
+        )
+        now = self._clock()
+        if problems:
+            row = self._error_row_head + [problems_mask(problems), self._fingerprint]
+        else:
+            row = step.row(state, now, local_prefillable, token_usage, running_batch, max_prefill_bs, max_running_requests, waiting_queue_len)
+        gather_flat = self._gather_flat
         try:
-            if before.control == RELEASED:
-                state = machine.finalize()
-            else:
-                state = before
-            now = self._clock()
-            if problems:
-                local = None
-                row = self._error_row_head + [problems_mask(problems), self._fingerprint]
-            else:
-                local = local_for(state, now, max_running_requests)
-                row = local_row(PY, self.config, inp, local)
-                row.append(0)
-                row.append(self._fingerprint)
-            try:
-                rows = self._gather(row)
-            except Exception as err:
-                raise CollectiveError(
-                    f"pass {pass_number}: all-gather over {self._group} failed: {type(err).__name__}: {err}",
-                    pass_number=pass_number,
-                    group=self._group,
-                ) from err
-            if len(rows) != self._world_size or problems:
-                self._reject(rows, pass_number, problems)
-            fingerprint = self._fingerprint
-            for r in rows:
-                if len(r) != ROW_LEN or r[F_FINGERPRINT] != fingerprint or r[F_ERROR]:
-                    self._reject(rows, pass_number, problems)
-            decision = machine.negotiate(gathered_view(PY, self.config, rows), local)
-        except BaseException:
-            machine.restore(before)
-            self._state = before
-            raise
+            flat = gather_flat(row) if gather_flat is not None else self._gather(row)
+        except Exception as err:
+            raise CollectiveError(
+                f"pass {pass_number}: all-gather over {self._group} failed: {type(err).__name__}: {err}",
+                pass_number=pass_number,
+                group=self._group,
+            ) from err
+        if gather_flat is None:
+            flat = self._flatten(flat, pass_number)
+        if (
+            problems
+            or len(flat) != self._flat_len
+            or flat[F_FINGERPRINT::ROW_LEN].count(self._fingerprint) != self._world_size
+            or any(flat[F_ERROR::ROW_LEN])
+        ):
+            self._reject(flat, pass_number, problems)
+        decision = step.negotiate(state, now, max_running_requests, flat)
+        if self._shadow is not None:
+            self._crosscheck(state, now, max_running_requests, flat, decision)
         self._state = decision.next_state
         self._passes = pass_number
         return decision
@@ -217,22 +222,49 @@ class PrefillDelayer:
     _negotiate_should_allow_prefill = negotiate
 
     def finalize(self) -> State:
-        """End of pass: fire the machine's ``finalize`` (released -> idle; delaying stays)."""
-        if self._state.control != IDLE:  # the table has no finalize from idle: already finalized
-            self._state = self._machine.finalize()
+        """End of pass: fire the FSM's ``finalize`` (released -> idle; delaying stays)."""
+        before = self._state
+        self._state = self._step.finalize(before)
+        if self._shadow is not None:
+            self._shadow.restore(before)
+            if before.control != IDLE:  # the table has no finalize from idle: already finalized
+                want = self._shadow.finalize()
+                if want != self._state:
+                    raise AssertionError(f"compiled finalize gave {self._state}, the transitions machine {want}")
         return self._state
 
-    def _reject(self, rows: Sequence[Sequence[int]], pass_number: int, problems: list[tuple[str, str]]) -> NoReturn:
-        """Raise the error the gathered rows call for; every rank reaches the same verdict."""
-        bad_shape = len(rows) != self._world_size or any(len(r) != ROW_LEN for r in rows)
-        if bad_shape:
-            shape = f"{len(rows)} rows of lengths {sorted({len(r) for r in rows})}"
+    def _flatten(self, rows: Sequence[Sequence[int]], pass_number: int) -> list[int]:
+        """A custom gather's rows, concatenated, after checking their shape."""
+        if len(rows) != self._world_size or any(len(r) != ROW_LEN for r in rows):
+            lengths = sorted({len(r) for r in rows})
             raise CollectiveError(
-                f"pass {pass_number}: all-gather over {self._group} returned {shape}, "
+                f"pass {pass_number}: all-gather over {self._group} returned {len(rows)} rows of lengths {lengths}, "
                 f"expected {self._world_size} rows of {ROW_LEN}",
                 pass_number=pass_number,
                 group=self._group,
             )
+        return [x for r in rows for x in r]
+
+    def _crosscheck(self, state: State, now: float, mrr: int, flat: Sequence[int], decision: Decision) -> None:
+        """Fire the same pass through the ``transitions`` machine; any difference is a bug here."""
+        machine = self._shadow
+        assert machine is not None
+        rows = [flat[i : i + ROW_LEN] for i in range(0, len(flat), ROW_LEN)]
+        machine.restore(state)
+        want = machine.negotiate(gathered_view(PY, self.config, rows), local_for(state, now, mrr))
+        if want != decision:
+            raise AssertionError(f"compiled step gave {decision}, the transitions machine {want} (state {state}, rows {rows})")
+
+    def _reject(self, flat: Sequence[int], pass_number: int, problems: list[tuple[str, str]]) -> NoReturn:
+        """Raise the error the gathered rows call for; every rank reaches the same verdict."""
+        if len(flat) != self._flat_len:
+            raise CollectiveError(
+                f"pass {pass_number}: all-gather over {self._group} returned {len(flat)} values, "
+                f"expected {self._world_size} rows of {ROW_LEN}",
+                pass_number=pass_number,
+                group=self._group,
+            )
+        rows = [flat[i : i + ROW_LEN] for i in range(0, len(flat), ROW_LEN)]
         fingerprints = {rank: r[F_FINGERPRINT] for rank, r in enumerate(rows)}
         if len(set(fingerprints.values())) > 1:
             raise ConfigMismatchError(pass_number=pass_number, fingerprints=fingerprints, local_config=self.config.as_dict())
@@ -246,7 +278,13 @@ class PrefillDelayer:
             raise PeerInputError(pass_number=pass_number, bad_fields=bad) from local
         if local is not None:  # the gather dropped our error mask: still refuse the pass
             raise local
-        raise AssertionError("_reject called on acceptable rows")  # pragma: no cover
+        # One fingerprint on every row, but not this rank's: the gather lost this rank's own row.
+        raise CollectiveError(
+            f"pass {pass_number}: all-gather over {self._group} returned rows that all carry fingerprint "
+            f"{rows[0][F_FINGERPRINT]:#018x}, none this rank's {self._fingerprint:#018x}: its own row is missing",
+            pass_number=pass_number,
+            group=self._group,
+        )
 
 
 class PrefillDelayerSinglePassExecutor:
@@ -268,14 +306,13 @@ class PrefillDelayerSinglePassExecutor:
         return self._result is not None
 
     def finalize(self, *, actual_prefill: bool) -> None:
-        if not self._called:
+        result = self._result
+        if result is None:
             self.negotiate_should_allow_prefill(local_prefillable=False)
-        record_single_pass_result(
-            actual_execution=actual_prefill,
-            output=self._result,
-            metrics_collector=self._prefill_delayer._metrics_collector,
-        )
-        self._prefill_delayer.finalize()
+            result = self._result
+        delayer = self._prefill_delayer
+        record_single_pass_result(actual_prefill, result, delayer._metrics_collector)
+        delayer.finalize()
 
     def negotiate_should_allow_prefill(
         self,
@@ -285,13 +322,9 @@ class PrefillDelayerSinglePassExecutor:
         max_running_requests: int = 0,
         waiting_queue_len: int = 0,
     ) -> bool:
-        if not self._called:
-            self._result = self._prefill_delayer.negotiate(
-                local_prefillable=local_prefillable,
-                token_usage=self._token_usage,
-                running_batch=running_batch,
-                max_prefill_bs=max_prefill_bs,
-                max_running_requests=max_running_requests,
-                waiting_queue_len=waiting_queue_len,
+        result = self._result
+        if result is None:
+            result = self._result = self._prefill_delayer.negotiate(
+                local_prefillable, self._token_usage, running_batch, max_prefill_bs, max_running_requests, waiting_queue_len
             )
-        return self._result.output_allow
+        return result.output_allow

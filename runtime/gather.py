@@ -3,7 +3,9 @@
 A gather is any callable ``gather(row) -> rows`` that takes this rank's row (a
 sequence of ints, ``spec.view.ROW_FIELDS``) and returns every rank's row in the
 group's rank order (``dp_rank * attn_tp_size + attn_tp_rank``). ``TorchGather``
-is the production one; ``runtime.inprocess`` has a thread-backed one.
+is the production one; ``runtime.inprocess`` has a thread-backed one. A gather
+may also offer ``gather_flat(row) -> ints`` (the rows concatenated), which the
+delayer then calls instead, saving the per-rank lists.
 
 torch is imported only when a ``TorchGather`` is built, so the rest of the
 runtime imports without it.
@@ -95,14 +97,19 @@ class TorchGather:
         self._recv_view = (ctypes.c_int64 * n).from_address(recv_host.data_ptr())
         self._bounds = tuple(range(0, n, row_len))
 
-    def __call__(self, row: Row) -> list[list[int]]:
+    def gather_flat(self, row: Row) -> list[int]:
+        """Every rank's row, concatenated in rank order (``world_size * row_len`` ints)."""
         self._send_view[:] = row  # raises on a wrong length or a value outside int64
         if not self._on_host:
             self._send.copy_(self._send_host, non_blocking=True)
         self._dist.all_gather_single(self._recv, self._send, group=self._group)
         if not self._on_host:
             self._recv_host.copy_(self._recv)  # the pass's one device-to-host read (a sync)
-        flat = self._recv_view[:]
+        return self._recv_view[:]
+
+    def __call__(self, row: Row) -> list[list[int]]:
+        """The ``gather(row) -> rows`` contract: every rank's row, in rank order."""
+        flat = self.gather_flat(row)
         step = self.row_len
         return [flat[i : i + step] for i in self._bounds]
 

@@ -41,6 +41,43 @@ def _count_problem(value: Any) -> str | None:
     return None
 
 
+_INF = math.inf
+
+
+def args_problems(
+    local_prefillable: Any,
+    token_usage: Any,
+    running_batch: Any = 0,
+    max_prefill_bs: Any = 0,
+    max_running_requests: Any = 0,
+    waiting_queue_len: Any = 0,
+) -> list[tuple[str, str]]:
+    """``input_problems`` of the arguments as passed, without building a ``PassInput``.
+
+    The runtime calls this once per pass. The usual arguments (a ``bool``, a finite
+    ``float`` >= 0 and four ``int`` values in range, by exact type) are accepted by one
+    expression; anything else goes through ``input_problems``, which decides alike
+    on those (tests check that the quick test only accepts what it accepts).
+    """
+    if (
+        local_prefillable.__class__ is bool
+        and token_usage.__class__ is float
+        and 0.0 <= token_usage < _INF
+        and running_batch.__class__ is int
+        and 0 <= running_batch <= MAX_COUNT
+        and max_prefill_bs.__class__ is int
+        and 0 <= max_prefill_bs <= MAX_COUNT
+        and max_running_requests.__class__ is int
+        and 0 <= max_running_requests <= MAX_COUNT
+        and waiting_queue_len.__class__ is int
+        and 0 <= waiting_queue_len <= MAX_COUNT
+    ):
+        return []
+    return input_problems(
+        PassInput(local_prefillable, token_usage, running_batch, max_prefill_bs, max_running_requests, waiting_queue_len)
+    )
+
+
 def input_problems(inp: PassInput) -> list[tuple[str, str]]:
     """Every problem of ``inp`` as (field, explanation); empty when valid."""
     problems: list[tuple[str, str]] = []

@@ -87,10 +87,10 @@ def gathered_view(o: Any, c: Any, rows: Sequence[Sequence[Any]]) -> View:
     )
 
 
-def status_name(o: Any, c: Any, v: View) -> str:
-    """The seed's ``input_estimation`` string (concrete views only)."""
-    if guards.status_all(o, c, v, None):
-        return "all"
-    if guards.status_none(o, c, v, None):
-        return "none"
-    return "mixed"
+def status_name(o: Any, c: Any, v: View) -> Any:
+    """The seed's ``input_estimation`` string (``all`` is tested first, as the seed does).
+
+    Written with ``o.If`` so that ``fsm.compiled`` can derive it too; it needs an
+    operator layer whose ``If`` takes strings (``PyOps``, ``fsm.compiled.SrcOps``).
+    """
+    return o.If(guards.status_all(o, c, v, None), "all", o.If(guards.status_none(o, c, v, None), "none", "mixed"))

@@ -7,3 +7,8 @@ from hypothesis import HealthCheck, settings
 settings.register_profile("ci", max_examples=60, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=20, stateful_step_count=30, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# Every PrefillDelayer built by the suite (in this process and in the ranks it
+# spawns, which inherit the environment) also fires each pass through the
+# ``transitions`` machine and fails on any difference from the compiled step.
+os.environ.setdefault("PREFILL_DELAYER_CROSSCHECK", "1")

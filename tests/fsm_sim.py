@@ -12,6 +12,7 @@ from functools import lru_cache
 from typing import Sequence
 
 from prefill_delayer.fsm import DelayerMachine, Decision, State, finalize, local_for, step
+from prefill_delayer.fsm.compiled import CompiledStep
 from prefill_delayer.spec import ROW_FIELDS, PassInput, View, gathered_view, local_row
 from prefill_delayer.spec.config import Config
 from prefill_delayer.spec.inputs import validate_pass_input
@@ -58,6 +59,27 @@ def states_pass(
     return view, locals_, [step(config, table, s, view, loc) for s, loc in zip(states, locals_)]
 
 
+@lru_cache(maxsize=None)
+def compiled_for(config: Config) -> CompiledStep:
+    """The runtime's compiled step for ``config``, its rows ending as the runtime's do."""
+    return CompiledStep(config, row_tail=(0, _fingerprint(config)))
+
+
+def compiled_pass(
+    config: Config, states: Sequence[State], inputs: Sequence[PassInput], nows: Sequence[float]
+) -> tuple[list[list[int]], list[Decision]]:
+    """The same pass through ``fsm.compiled``: every rank's row, then every rank's decision."""
+    compiled = compiled_for(config)
+    rows = [compiled.row(s, now, *inp) for s, inp, now in zip(states, inputs, nows)]
+    flat = [x for r in rows for x in r]
+    return rows, [compiled.negotiate(s, now, inp.max_running_requests, flat) for s, inp, now in zip(states, inputs, nows)]
+
+
+def assert_same_decisions(got: Sequence[Decision], want: Sequence[Decision]) -> None:
+    """Equal field by field *and* in type (``repr`` tells ``True`` from ``1`` and ``0`` from ``0.0``)."""
+    assert [repr(d) for d in got] == [repr(d) for d in want]
+
+
 class Cluster:
     """Every rank of one gather, three ways: ``DelayerMachine``, pure ``step`` and the reference.
 
@@ -82,6 +104,10 @@ class Cluster:
             self.refs,
         )
         assert by_machine == by_step
+        rows, by_compiled = compiled_pass(self.config, self.states, inputs, nows)
+        assert rows == build_rows(self.config, inputs, [local_for(s, now, i.max_running_requests)
+                                                        for s, i, now in zip(self.states, inputs, nows)])
+        assert_same_decisions(by_compiled, by_step)
         for m, d, o in zip(self.machines, by_step, by_ref):
             assert (d.output_allow, d.output_reason, d.input_estimation, d.num_prefillable,
                     d.num_token_watermark_force_allow, d.wait_forward_passes, d.wait_seconds) == (
@@ -89,6 +115,7 @@ class Cluster:
                 o.wait_forward_passes, o.wait_seconds)
             after = finalize(d.next_state)
             assert m.finalize() == after
+            assert repr(compiled_for(self.config).finalize(d.next_state)) == repr(after)
             wait = o.next_state.wait
             assert (after.control == "delaying") == (wait is not None)
             assert (after.delayed_count, after.wait_start) == (wait if wait is not None else (0, None))

@@ -7,6 +7,7 @@ random passes. Every pass drives, on identical per-rank inputs and per-rank
 clocks (each advancing on its own: skew), BOTH profiles side by side, each as
 - one ``DelayerMachine`` (the ``transitions`` machine) per rank,
 - the pure ``step`` function per rank,
+- the runtime's compiled step (``fsm.compiled``) per rank, rows included,
 - ``tests/reference.py`` (plain conditionals from DESIGN §2/§3),
 and compares every output field and the next state on every rank, every pass;
 in the hardened profile it also checks that the ranks never part (DESIGN §5
@@ -31,7 +32,7 @@ from prefill_delayer.spec.config import Config
 from prefill_delayer.spec.inputs import input_problems
 from prefill_delayer.spec.table import DELAYING, IDLE, NEGOTIATE, RELEASED, build_table
 
-from fsm_sim import machines_pass, states_pass
+from fsm_sim import assert_same_decisions, build_rows, compiled_for, compiled_pass, machines_pass, states_pass
 from reference import RankInput, RefState, reference_pass
 
 PROFILES = ("seed", "hardened")
@@ -189,6 +190,10 @@ class FsmVsReference(RuleBasedStateMachine):
         m_view, _, by_machine = machines_pass(config, machines, inputs, self.clocks)
         by_ref = reference_pass(config, ref_inputs, refs)
         assert m_view == view
+        # The runtime's compiled step: the same rows, the same decisions, the same types.
+        rows, by_compiled = compiled_pass(config, states, inputs, self.clocks)
+        assert rows == build_rows(config, inputs, locals_)
+        assert_same_decisions(by_compiled, by_step)
 
         for rank, (m, s, d_step, d_machine, ref, t) in enumerate(zip(machines, states, by_step, by_machine, by_ref, fired)):
             where = f"{profile} rank {rank}"
@@ -205,6 +210,7 @@ class FsmVsReference(RuleBasedStateMachine):
             assert nxt.control == (RELEASED if ref.allow else DELAYING), where
             assert (nxt.control == DELAYING) == (ref.next_state.wait is not None), where
             assert m.finalize() == finalize(nxt), where
+            assert repr(compiled_for(config).finalize(nxt)) == repr(finalize(nxt)), where
             done = finalize(nxt)
             ref_count, ref_start = ref.next_state.wait if ref.next_state.wait is not None else (0, None)
             assert done.control == (IDLE if ref.next_state.wait is None else DELAYING), where

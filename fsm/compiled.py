@@ -1,0 +1,445 @@
+"""The transition table of one concrete configuration, compiled to Python: the runtime's per-pass path.
+
+Why: firing an event of the ``transitions`` machine walks the library's event
+dispatch (event data, condition objects, callback lists) and costs more per
+pass than the guards themselves. The machine stays the model — the docs are
+drawn from it, the tests and the runtime's cross-check (``PREFILL_DELAYER_CROSSCHECK=1``)
+compare against it — and this module derives, from the *same* table rows and
+the *same* guard functions, one straight-line Python function per event.
+
+How: ``SrcOps`` is a fourth reading of the operator layer (after ``PyOps``,
+``Z3Ops`` and ``TextOps``) whose values are Python *source* (``Src``). The
+configuration is concrete, so its structural ``if``\\ s are decided and its
+numbers become literals; the rows, this rank's state and the clock are
+symbolic names. Running the spec's own functions on them —
+``view.local_row``, ``view.gathered_view``, ``table.holds`` for each row in
+table order, ``step.decide`` for the fired row's effects, ``step.local_for``
+for what the guards see of the state — yields the source, which is compiled
+once per delayer. Nothing here states a guard: change one in ``spec/guards.py``
+and the compiled code changes with it (``tests/test_compiled.py`` checks both
+that and agreement with the machine on random passes).
+
+Semantics are ``PyOps``' exactly: the same comparisons on the same Python
+ints and floats (``int(RB * ratio)`` in doubles, ``(a + b - 1) // b``), with
+``and``/``or`` used only on booleans so they yield the same ``bool`` as
+``all``/``any``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+from ..spec.config import Config
+from ..spec.inputs import PassInput
+from ..spec.table import FINALIZE, STATES, Table, Transition, build_table
+from ..spec.view import ROW_LEN, Local, View, gathered_view, local_row
+from .step import Decision, State, decide, local_for
+
+
+class Src:
+    """A Python expression (fully parenthesised), and whether it always yields a ``bool``."""
+
+    __slots__ = ("code", "is_bool", "negates")
+
+    def __init__(self, code: str, is_bool: bool = False, negates: Optional["Src"] = None) -> None:
+        self.code = code
+        self.is_bool = is_bool
+        self.negates = negates  # x, when this is ``not x``
+
+    def __repr__(self) -> str:
+        return f"Src({self.code!r})"
+
+    def __bool__(self) -> bool:
+        raise TypeError(
+            f"pass-dependent value {self.code!r} used as a Python bool: guards must combine such values "
+            "with o.And / o.Or / o.Not / o.If (only configuration values may steer a Python if)"
+        )
+
+    __hash__ = object.__hash__
+
+    def _bin(self, op: str, other: Any, reflected: bool = False) -> "Src":
+        a, b = (lit(other), self.code) if reflected else (self.code, lit(other))
+        return Src(f"({a} {op} {b})")
+
+    def __add__(self, o: Any) -> "Src":
+        return self._bin("+", o)
+
+    def __radd__(self, o: Any) -> "Src":
+        return self._bin("+", o, True)
+
+    def __sub__(self, o: Any) -> "Src":
+        return self._bin("-", o)
+
+    def __rsub__(self, o: Any) -> "Src":
+        return self._bin("-", o, True)
+
+    def __mul__(self, o: Any) -> "Src":
+        return self._bin("*", o)
+
+    def __rmul__(self, o: Any) -> "Src":
+        return self._bin("*", o, True)
+
+    def __truediv__(self, o: Any) -> "Src":
+        return self._bin("/", o)
+
+    def __rtruediv__(self, o: Any) -> "Src":
+        return self._bin("/", o, True)
+
+    def __floordiv__(self, o: Any) -> "Src":
+        return self._bin("//", o)
+
+    def __rfloordiv__(self, o: Any) -> "Src":
+        return self._bin("//", o, True)
+
+    def __mod__(self, o: Any) -> "Src":
+        return self._bin("%", o)
+
+    def __rmod__(self, o: Any) -> "Src":
+        return self._bin("%", o, True)
+
+    def __neg__(self) -> "Src":
+        return Src(f"(-{self.code})")
+
+    def _cmp(self, op: str, o: Any) -> "Src":
+        return Src(f"({self.code} {op} {lit(o)})", is_bool=True)
+
+    def __lt__(self, o: Any) -> "Src":  # type: ignore[override]
+        return self._cmp("<", o)
+
+    def __le__(self, o: Any) -> "Src":  # type: ignore[override]
+        return self._cmp("<=", o)
+
+    def __gt__(self, o: Any) -> "Src":  # type: ignore[override]
+        return self._cmp(">", o)
+
+    def __ge__(self, o: Any) -> "Src":  # type: ignore[override]
+        return self._cmp(">=", o)
+
+    def __eq__(self, o: Any) -> "Src":  # type: ignore[override]
+        return self._cmp("==", o)
+
+    def __ne__(self, o: Any) -> "Src":  # type: ignore[override]
+        return self._cmp("!=", o)
+
+
+def lit(x: Any) -> str:
+    """Source for ``x``: an expression's code, or a literal that evaluates to exactly ``x``."""
+    if isinstance(x, Src):
+        return x.code
+    if x is None or isinstance(x, (bool, int, str)):
+        return repr(x)
+    if isinstance(x, float):
+        if math.isnan(x):
+            raise ValueError("NaN has no place in a compiled guard")
+        if math.isinf(x):
+            return "1e999" if x > 0 else "(-1e999)"
+        return repr(x)  # repr round-trips every finite double exactly
+    raise TypeError(f"cannot compile the constant {x!r}")
+
+
+def _is_bool(x: Any) -> bool:
+    return x.is_bool if isinstance(x, Src) else isinstance(x, bool)
+
+
+def _as_bool_code(x: Src) -> str:
+    return x.code if x.is_bool else f"bool({x.code})"
+
+
+class SrcOps:
+    """``PyOps``' operations on ``Src``: constants fold, the rest becomes source.
+
+    ``facts`` maps the code of conditions already decided on the path being
+    generated to their value (inside ``if X:``, ``X`` is true), so a guard
+    re-reading a decided condition folds to a constant instead of re-testing it.
+    Sound because every name in the generated code is assigned once per pass.
+    """
+
+    FALSE = False
+
+    def __init__(self) -> None:
+        self.facts: dict[str, bool] = {}
+
+    def _known(self, x: Any) -> Any:
+        if isinstance(x, Src):
+            return self.facts.get(x.code, x)
+        return x
+
+    def And(self, *xs: Any) -> Any:
+        items: list[Src] = []
+        for x in map(self._known, xs):
+            if not isinstance(x, Src):
+                if not x:
+                    return False
+                continue
+            items.append(x)
+        if not items:
+            return True
+        if len(items) == 1:
+            return items[0] if items[0].is_bool else Src(f"bool({items[0].code})", True)
+        return Src("(" + " and ".join(_as_bool_code(x) for x in items) + ")", True)
+
+    def Or(self, *xs: Any) -> Any:
+        items: list[Src] = []
+        for x in map(self._known, xs):
+            if not isinstance(x, Src):
+                if x:
+                    return True
+                continue
+            items.append(x)
+        if not items:
+            return False
+        if len(items) == 1:
+            return items[0] if items[0].is_bool else Src(f"bool({items[0].code})", True)
+        return Src("(" + " or ".join(_as_bool_code(x) for x in items) + ")", True)
+
+    def Not(self, x: Any) -> Any:
+        x = self._known(x)
+        return Src(f"(not {x.code})", True, negates=x) if isinstance(x, Src) else not x
+
+    def If(self, c: Any, a: Any, b: Any) -> Any:
+        c = self._known(c)
+        if not isinstance(c, Src):
+            return a if c else b
+        return Src(f"({lit(a)} if {c.code} else {lit(b)})", _is_bool(a) and _is_bool(b))
+
+    @staticmethod
+    def Min(a: Any, b: Any) -> Any:
+        if not isinstance(a, Src) and not isinstance(b, Src):
+            return a if a <= b else b
+        # ``a if a <= b else b`` with each side evaluated once, in that order; fresh
+        # names per call, so a ``Min`` nested in ``b`` cannot overwrite this one's ``a``.
+        k = next(_FRESH)
+        return Src(f"(_min{k}a if (_min{k}a := {lit(a)}) <= (_min{k}b := {lit(b)}) else _min{k}b)")
+
+    @staticmethod
+    def MaxOf(xs: Iterable[Any]) -> Any:
+        xs = list(xs)
+        if not any(isinstance(x, Src) for x in xs):
+            return max(xs)
+        if len(xs) == 1:
+            return xs[0]
+        return Src(f"max({', '.join(lit(x) for x in xs)})")
+
+    @staticmethod
+    def SumOf(xs: Iterable[Any]) -> Any:
+        xs = list(xs)
+        if not any(isinstance(x, Src) for x in xs):
+            return sum(xs)
+        if len(xs) == 1:
+            return xs[0]
+        return Src("(" + " + ".join(lit(x) for x in xs) + ")")
+
+    def b2i(self, b: Any) -> Any:
+        b = self._known(b)
+        return Src(f"(1 if {b.code} else 0)") if isinstance(b, Src) else (1 if b else 0)
+
+    @staticmethod
+    def ceil_div(a: Any, b: Any) -> Any:
+        return (a + b - 1) // b
+
+    @staticmethod
+    def floor_mul(a: Any, ratio: Any) -> Any:
+        if not isinstance(a, Src) and not isinstance(ratio, Src):
+            return int(a * ratio)
+        return Src(f"int({lit(a)} * {lit(ratio)})")
+
+    @staticmethod
+    def num(x: Any) -> Any:
+        return x
+
+
+_FRESH = itertools.count()
+
+# Names in the generated source.
+_FLAT, _NOW, _MRR = "flat", "now", "mrr"
+_INPUT_NAMES = ("lp", "tu", "rb", "pb", "mrr", "wq")  # PassInput's fields, in order
+_STATE_NAMES = ("control", "dc", "ws", "skip")  # State's fields, in order
+
+
+def _symbolic_state(control: str) -> State:
+    """``State`` at ``control`` with its variables as the generated function's names."""
+    return State(control, Src(_STATE_NAMES[1]), Src(_STATE_NAMES[2]), Src(_STATE_NAMES[3], is_bool=True))
+
+
+def _symbolic_local(control: str) -> Local:
+    """What the guards see of a state at ``control``: ``fsm.step.local_for`` on the names."""
+    return local_for(_symbolic_state(control), Src(_NOW), Src(_MRR))
+
+
+def _field_name(rank: int, field: int) -> str:
+    return f"r{rank}_{field}"
+
+
+def _indent(lines: Sequence[str], n: int) -> list[str]:
+    return [" " * n + line for line in lines]
+
+
+_VIEW_NAME = re.compile(r"\bv_([a-z_]+)\b")
+
+
+def _learn(facts: dict[str, bool], x: Src, value: bool) -> dict[str, bool]:
+    """``facts`` plus ``x == value`` (and, for ``x = not y``, ``y == not value``)."""
+    learned = {**facts, x.code: value}
+    while x.negates is not None:
+        x, value = x.negates, not value
+        learned[x.code] = value
+    return learned
+
+
+class _Generator:
+    """Generates the source of one configuration's ``row``, ``negotiate`` and ``finalize``."""
+
+    def __init__(self, c: Config, table: Table) -> None:
+        self.c = c
+        self.table = table
+        self.o = SrcOps()
+        rows = [[Src(_field_name(r, f)) for f in range(ROW_LEN)] for r in range(c.world_size)]
+        # The view's fields, each computed (once) where a path first needs it.
+        self.view_defs: dict[str, str] = {}
+        names: dict[str, Any] = {}
+        for name, value in gathered_view(self.o, c, rows)._asdict().items():
+            if isinstance(value, Src):
+                self.view_defs[f"v_{name}"] = value.code
+                names[name] = Src(f"v_{name}", value.is_bool)
+            else:
+                names[name] = value  # known for this configuration (the number of counted rows)
+        self.view = View(**names)
+
+    def _define(self, code: str, defined: frozenset) -> tuple[list[str], frozenset]:
+        """Assignments of the view fields ``code`` reads that this path has not computed yet."""
+        needed = {f"v_{m}" for m in _VIEW_NAME.findall(code)} - defined
+        lines = [f"{name} = {expr}" for name, expr in self.view_defs.items() if name in needed]
+        return lines, defined | needed
+
+    def _decision(self, t: Transition, local: Local, facts: dict[str, bool]) -> str:
+        """``Decision(State(...), ...)`` of the fired row, as ``fsm.step.decide`` computes it."""
+        self.o.facts = facts
+        d = decide(self.c, t, self.view, local, self.o)
+        state = ", ".join(lit(x) for x in d.next_state)
+        rest = ", ".join(lit(x) for x in d[1:])
+        return f"_new(_Decision, (_new(_State, ({state})), {rest}))"
+
+    def select(
+        self, rows: Sequence[Transition], local: Local, known: dict[str, bool], facts: dict[str, bool], defined: frozenset
+    ) -> list[str]:
+        """Source that returns the decision of the first row of ``rows`` whose guards all hold.
+
+        The chain a ``transitions`` machine runs (each row's guards in order, the
+        first row that passes fires), laid out as a decision tree so that no guard
+        is evaluated twice on a pass: ``known`` holds the guards decided on this
+        path (one that folds to a constant for this configuration is decided
+        without code), ``facts`` the conditions tested, ``defined`` the view
+        fields computed. Rows contradicted by ``known`` drop out; when the first
+        remaining row has every guard decided, it fires.
+        """
+        live = [t for t in rows if all(known.get(lit.guard, lit.positive) == lit.positive for lit in t.lits)]
+        if not live:
+            return ["raise _NoTransition(state, now, mrr, flat)"]
+        first = live[0]
+        pending = [(lit, fn) for lit, fn in zip(first.lits, first.fns) if lit.guard not in known]
+        if not pending:
+            code = self._decision(first, local, facts)
+            lines, _ = self._define(code, defined)
+            return [*lines, f"return {code}  # {first.name}"]
+        lit_, fn = pending[0]
+        self.o.facts = facts
+        value = self.o._known(fn(self.o, self.c, self.view, local))
+        if not isinstance(value, Src):
+            return self.select(live, local, {**known, lit_.guard: bool(value)}, facts, defined)
+        lines, defined = self._define(value.code, defined)
+        cond = value.code if value.is_bool else f"bool({value.code})"
+        return [
+            *lines,
+            f"if {cond}:  # {lit_.guard}",
+            *_indent(self.select(live, local, {**known, lit_.guard: True}, _learn(facts, value, True), defined), 4),
+            "else:",
+            *_indent(self.select(live, local, {**known, lit_.guard: False}, _learn(facts, value, False), defined), 4),
+        ]
+
+    def source(self, row_tail: Sequence[int]) -> str:
+        c, table, o = self.c, self.table, self.o
+        inp = PassInput(*(Src(n, is_bool=(n == "lp")) for n in _INPUT_NAMES))
+        sources = [s for s in STATES if table.by_source[s]]  # the states ``negotiate`` leaves from
+        out: list[str] = []
+
+        # row(state, now, lp, tu, rb, pb, mrr, wq) -> this rank's row: local_row's fields, then row_tail.
+        out.append(f"def row(state, {_NOW}, {', '.join(_INPUT_NAMES)}):")
+        out.append(f"    {', '.join(_STATE_NAMES)} = state")
+        for i, src in enumerate(sources):
+            o.facts = {}
+            fields = [lit(x) for x in local_row(o, c, inp, _symbolic_local(src))] + [lit(x) for x in row_tail]
+            out.append(f"    {'if' if i == 0 else 'elif'} control == {src!r}:")
+            out.append(f"        return [{', '.join(fields)}]")
+        out.append("    raise _bad_source(control, 'negotiate')")
+
+        # negotiate(state, now, mrr, flat) -> Decision: the table's rows for the state.
+        fields = [_field_name(r, f) for r in range(c.world_size) for f in range(ROW_LEN)]
+        out.append(f"def negotiate(state, {_NOW}, {_MRR}, {_FLAT}):")
+        out.append(f"    {', '.join(_STATE_NAMES)} = state")
+        out.append(f"    ({', '.join(fields)},) = {_FLAT}")
+        for i, src in enumerate(sources):
+            out.append(f"    {'if' if i == 0 else 'elif'} control == {src!r}:")
+            out += _indent(self.select(table.by_source[src], _symbolic_local(src), {}, {}, frozenset()), 8)
+        out.append("    raise _bad_source(control, 'negotiate')")
+
+        # finalize(state) -> State: the table's finalize rows; a state without one is already finalized.
+        out.append("def finalize(state):")
+        out.append("    control = state[0]")
+        for t in table:
+            if t.event == FINALIZE and t.dest != t.source:
+                out.append(f"    if control == {t.source!r}:")
+                out.append(f"        return _new(_State, ({t.dest!r},) + state[1:])")
+        out.append("    return state")
+        return "\n".join(out) + "\n"
+
+
+class NoTransition(AssertionError):
+    """No row of the table held: impossible while ``guards-partition`` is proved."""
+
+
+def source(c: Config, table: Table, row_tail: Sequence[int] = ()) -> str:
+    """The module source compiled for ``c``: ``row``, ``negotiate`` and ``finalize``."""
+    return _Generator(c, table).source(row_tail)
+
+
+def _bad_source(control: Any, event: str) -> ValueError:
+    return ValueError(f"no {event} transition leaves state {control!r} (finalize the previous pass first)")
+
+
+class CompiledStep:
+    """``row``, ``negotiate`` and ``finalize`` of one configuration, compiled from the spec.
+
+    * ``row(state, now, *PassInput) -> list``: the seven policy fields of this
+      rank's row (``spec.view.local_row``), then ``row_tail``'s constants;
+    * ``negotiate(state, now, mrr, flat) -> Decision``: ``flat`` is every rank's row,
+      concatenated in global rank order (``world_size * ROW_LEN`` ints); a wrong
+      length raises ``ValueError`` (from unpacking);
+    * ``finalize(state) -> State``.
+
+    ``state`` must be a ``fsm.State``. Equal, pass for pass, to ``fsm.step``
+    (and so to ``DelayerMachine``) on the same inputs.
+    """
+
+    def __init__(self, config: Config, table: Optional[Table] = None, row_tail: Sequence[int] = ()) -> None:
+        self.config = config
+        self.table = table if table is not None else build_table(config.profile)
+        self.row_tail = tuple(row_tail)
+        self.source = source(config, self.table, self.row_tail)
+        namespace: dict[str, Any] = {
+            "_new": tuple.__new__,
+            "_State": State,
+            "_Decision": Decision,
+            "_NoTransition": NoTransition,
+            "_bad_source": _bad_source,
+        }
+        name = f"<prefill_delayer.fsm.compiled {config.profile} world={config.world_size}>"
+        exec(compile(self.source, name, "exec"), namespace)
+        self.row: Callable[..., list] = namespace["row"]
+        self.negotiate: Callable[[State, float, int, Sequence[int]], Decision] = namespace["negotiate"]
+        self.finalize: Callable[[State], State] = namespace["finalize"]
+
+    def __repr__(self) -> str:
+        return f"CompiledStep({self.config!r})"
