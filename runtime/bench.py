@@ -224,31 +224,45 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--no-seed", action="store_true", help="skip the seed even when it is found")
     args = parser.parse_args(argv)
     from ._seed import find_seed
+    from .delayer import CROSSCHECK_ENV
+
+    if os.environ.pop(CROSSCHECK_ENV, None) is not None:  # the ranks inherit the environment
+        print(f"{CROSSCHECK_ENV} unset for the benchmark: it times the production path")
 
     seed = None if args.no_seed else find_seed()
     print(f"seed: {seed or 'not found (only bare and ours are timed)'}")
     print("µs per pass, median of interleaved rounds, slowest rank; 'extra' = cost beyond the bare collective;")
     print("wall = elapsed time, cpu = the rank's main-thread CPU time (robust to waiting and to a busy machine)")
     print(f"{'world':>5} {'':>4} {'bare':>8} {'ours':>8} {'seed':>8} {'ours extra':>11} {'seed extra':>11} {'ratio':>6}")
+    cpu_ratios: dict[str, Optional[float]] = {}
     for world in (int(w) for w in args.worlds.split(",")):
         r = run_world(world, args.passes, args.rounds, str(seed) if seed else None)
         for i, kind in enumerate(("wall", "cpu")):
-            _print_row(str(world), kind, r["bare"][i], r["ours"][i], r["seed"][i] if "seed" in r else None)
+            ratio = _print_row(str(world), kind, r["bare"][i], r["ours"][i], r["seed"][i] if "seed" in r else None)
+        cpu_ratios[f"world {world}"] = ratio
     r = run_local(args.passes * 5, args.rounds, str(seed) if seed else None)
     for i, kind in enumerate(("wall", "cpu")):
-        _print_row("local", kind, 0.0, r["ours"][i], r["seed"][i] if "seed" in r else None)
+        ratio = _print_row("local", kind, 0.0, r["ours"][i], r["seed"][i] if "seed" in r else None)
+    cpu_ratios["local"] = ratio
     print("local = one process, the collective replaced by a copy into a buffer: the Python cost alone")
+    if seed:
+        shown = ", ".join(f"{k} {v:.2f}" if v is not None else f"{k} -" for k, v in cpu_ratios.items())
+        print(f"target: ours extra <= 1/4 of the seed's (aim <= 1/10); cpu ratios: {shown}")
     return 0
 
 
-def _print_row(label: str, kind: str, bare: float, ours: float, seed: Optional[float]) -> None:
+def _print_row(label: str, kind: str, bare: float, ours: float, seed: Optional[float]) -> Optional[float]:
+    """Print one line; return ours/seed of the cost beyond the bare collective (``None`` without the seed)."""
+
     def f(x: Optional[float], width: int = 8) -> str:
         return f"{x:{width}.1f}" if x is not None else f"{'-':>{width}}"
 
     ours_x = ours - bare
     seed_x = seed - bare if seed is not None else None
-    ratio = f"{ours_x / seed_x:6.2f}" if seed_x else f"{'-':>6}"
-    print(f"{label:>5} {kind:>4} {f(bare)} {f(ours)} {f(seed)} {f(ours_x, 11)} {f(seed_x, 11)} {ratio}", flush=True)
+    ratio = ours_x / seed_x if seed_x else None
+    shown = f"{ratio:6.2f}" if ratio is not None else f"{'-':>6}"
+    print(f"{label:>5} {kind:>4} {f(bare)} {f(ours)} {f(seed)} {f(ours_x, 11)} {f(seed_x, 11)} {shown}", flush=True)
+    return ratio
 
 
 if __name__ == "__main__":

@@ -224,14 +224,14 @@ class PrefillDelayer:
     def finalize(self) -> State:
         """End of pass: fire the FSM's ``finalize`` (released -> idle; delaying stays)."""
         before = self._state
-        self._state = self._step.finalize(before)
-        if self._shadow is not None:
+        after = self._step.finalize(before)
+        if self._shadow is not None and before.control != IDLE:  # no finalize row from idle: already finalized
             self._shadow.restore(before)
-            if before.control != IDLE:  # the table has no finalize from idle: already finalized
-                want = self._shadow.finalize()
-                if want != self._state:
-                    raise AssertionError(f"compiled finalize gave {self._state}, the transitions machine {want}")
-        return self._state
+            want = self._shadow.finalize()
+            if want != after:
+                raise AssertionError(f"compiled finalize gave {after}, the transitions machine {want}")
+        self._state = after
+        return after
 
     def _flatten(self, rows: Sequence[Sequence[int]], pass_number: int) -> list[int]:
         """A custom gather's rows, concatenated, after checking their shape."""
@@ -293,7 +293,7 @@ class PrefillDelayerSinglePassExecutor:
     Exactly the seed's behaviour: later ``negotiate_should_allow_prefill`` calls
     return the cached verdict; ``finalize`` negotiates as not prefillable (all
     counts 0) when nothing did, so every rank runs exactly one collective per
-    pass, then records the outcome; it then fires the machine's ``finalize``.
+    pass, then records the outcome; it then fires the FSM's ``finalize``.
     """
 
     def __init__(self, prefill_delayer: PrefillDelayer, token_usage: float) -> None:
