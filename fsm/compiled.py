@@ -42,12 +42,13 @@ from .step import Decision, State, decide, local_for
 class Src:
     """A Python expression (fully parenthesised), and whether it always yields a ``bool``."""
 
-    __slots__ = ("code", "is_bool", "negates")
+    __slots__ = ("code", "is_bool", "negates", "index")
 
-    def __init__(self, code: str, is_bool: bool = False, negates: Optional["Src"] = None) -> None:
+    def __init__(self, code: str, is_bool: bool = False, negates: Optional["Src"] = None, index: Optional[int] = None) -> None:
         self.code = code
         self.is_bool = is_bool
         self.negates = negates  # x, when this is ``not x``
+        self.index = index  # i, when this is ``flat[i]`` (one field of one gathered row)
 
     def __repr__(self) -> str:
         return f"Src({self.code!r})"
@@ -221,7 +222,7 @@ class SrcOps:
             return max(xs)
         if len(xs) == 1:
             return xs[0]
-        return Src(f"max({', '.join(lit(x) for x in xs)})")
+        return Src(f"max({_strided(xs) or ', '.join(lit(x) for x in xs)})")
 
     @staticmethod
     def SumOf(xs: Iterable[Any]) -> Any:
@@ -230,7 +231,8 @@ class SrcOps:
             return sum(xs)
         if len(xs) == 1:
             return xs[0]
-        return Src("(" + " + ".join(lit(x) for x in xs) + ")")
+        strided = _strided(xs)
+        return Src(f"sum({strided})" if strided else "(" + " + ".join(lit(x) for x in xs) + ")")
 
     def b2i(self, b: Any) -> Any:
         b = self._known(b)
@@ -253,6 +255,21 @@ class SrcOps:
 
 _FRESH = itertools.count()
 
+
+_INLINE_UP_TO = 4
+
+
+def _strided(xs: Sequence[Any]) -> Optional[str]:
+    """``flat[a:b:k]`` when ``xs`` are ``flat[a]``, ``flat[a + k]``, ... (one field of evenly spaced
+    rows, as every aggregate over ranks is): one slice instead of an expression per rank."""
+    indices = [x.index if isinstance(x, Src) else None for x in xs]
+    if len(indices) <= _INLINE_UP_TO or None in indices:
+        return None  # a few indexings are cheaper than building a slice
+    step = indices[1] - indices[0]
+    if step <= 0 or any(b - a != step for a, b in zip(indices, indices[1:])):
+        return None
+    return f"{_FLAT}[{indices[0]}:{indices[-1] + 1}:{step}]"
+
 # Names in the generated source.
 _FLAT, _NOW, _MRR = "flat", "now", "mrr"
 _INPUT_NAMES = ("lp", "tu", "rb", "pb", "mrr", "wq")  # PassInput's fields, in order
@@ -267,10 +284,6 @@ def _symbolic_state(control: str) -> State:
 def _symbolic_local(control: str) -> Local:
     """What the guards see of a state at ``control``: ``fsm.step.local_for`` on the names."""
     return local_for(_symbolic_state(control), Src(_NOW), Src(_MRR))
-
-
-def _field_name(rank: int, field: int) -> str:
-    return f"r{rank}_{field}"
 
 
 def _indent(lines: Sequence[str], n: int) -> list[str]:
@@ -296,7 +309,7 @@ class _Generator:
         self.c = c
         self.table = table
         self.o = SrcOps()
-        rows = [[Src(_field_name(r, f)) for f in range(ROW_LEN)] for r in range(c.world_size)]
+        rows = [[Src(f"{_FLAT}[{i}]", index=i) for i in range(r * ROW_LEN, (r + 1) * ROW_LEN)] for r in range(c.world_size)]
         # The view's fields, each computed (once) where a path first needs it.
         self.view_defs: dict[str, str] = {}
         names: dict[str, Any] = {}
@@ -376,10 +389,10 @@ class _Generator:
         out.append("    raise _bad_source(control, 'negotiate')")
 
         # negotiate(state, now, mrr, flat) -> Decision: the table's rows for the state.
-        fields = [_field_name(r, f) for r in range(c.world_size) for f in range(ROW_LEN)]
         out.append(f"def negotiate(state, {_NOW}, {_MRR}, {_FLAT}):")
         out.append(f"    {', '.join(_STATE_NAMES)} = state")
-        out.append(f"    ({', '.join(fields)},) = {_FLAT}")
+        out.append(f"    if len({_FLAT}) != {c.world_size * ROW_LEN}:")
+        out.append(f"        raise _bad_rows(len({_FLAT}), {c.world_size}, {ROW_LEN})")
         for i, src in enumerate(sources):
             out.append(f"    {'if' if i == 0 else 'elif'} control == {src!r}:")
             out += _indent(self.select(table.by_source[src], _symbolic_local(src), {}, {}, frozenset()), 8)
@@ -405,6 +418,10 @@ def source(c: Config, table: Table, row_tail: Sequence[int] = ()) -> str:
     return _Generator(c, table).source(row_tail)
 
 
+def _bad_rows(length: int, world: int, row_len: int) -> ValueError:
+    return ValueError(f"the gathered rows hold {length} values, expected {world} rows of {row_len}")
+
+
 def _bad_source(control: Any, event: str) -> ValueError:
     return ValueError(f"no {event} transition leaves state {control!r} (finalize the previous pass first)")
 
@@ -416,7 +433,7 @@ class CompiledStep:
       rank's row (``spec.view.local_row``), then ``row_tail``'s constants;
     * ``negotiate(state, now, mrr, flat) -> Decision``: ``flat`` is every rank's row,
       concatenated in global rank order (``world_size * ROW_LEN`` ints); a wrong
-      length raises ``ValueError`` (from unpacking);
+      length raises ``ValueError``;
     * ``finalize(state) -> State``.
 
     ``state`` must be a ``fsm.State``. Equal, pass for pass, to ``fsm.step``
@@ -434,6 +451,7 @@ class CompiledStep:
             "_Decision": Decision,
             "_NoTransition": NoTransition,
             "_bad_source": _bad_source,
+            "_bad_rows": _bad_rows,
         }
         name = f"<prefill_delayer.fsm.compiled {config.profile} world={config.world_size}>"
         exec(compile(self.source, name, "exec"), namespace)

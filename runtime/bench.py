@@ -35,6 +35,8 @@ from typing import Any, Callable, Optional
 from .server_args import ServerArgs
 
 ROW = 9
+# Per runner ("bare", "ours", "seed"), one (wall, CPU) µs-per-pass pair per round.
+Timings = dict[str, list[tuple[float, float]]]
 SERVER_ARGS = dict(enable_dp_attention=True, prefill_delayer_queue_min_ratio=0.5, prefill_delayer_max_delay_ms=None)
 MAX_DELAY_PASSES = 30
 WATERMARK = 0.5
@@ -122,7 +124,7 @@ def _worker(rank: int, world: int, port: int, passes: int, rounds: int, seed_pat
                 dist.barrier()
                 times[name].append(_time_block(fn, passes, k))
             k += passes
-        queue.put((rank, _summary(times)))
+        queue.put((rank, times))
     finally:
         dist.destroy_process_group()
 
@@ -133,8 +135,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_world(world: int, passes: int, rounds: int, seed_path: Optional[str], timeout_s: float = 300.0) -> dict[str, tuple[float, float]]:
-    """Median (wall, CPU) µs/pass per runner, the slowest rank's figure (the one the scheduler waits for)."""
+def run_world(world: int, passes: int, rounds: int, seed_path: Optional[str], timeout_s: float = 300.0) -> Timings:
+    """(wall, CPU) µs/pass per runner and round: the slowest rank's figure (the one the scheduler waits for)."""
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
@@ -143,7 +145,7 @@ def run_world(world: int, passes: int, rounds: int, seed_path: Optional[str], ti
     procs = [ctx.Process(target=_worker, args=(r, world, port, passes, rounds, seed_path, queue), daemon=True) for r in range(world)]
     for p in procs:
         p.start()
-    results: dict[int, dict[str, tuple[float, float]]] = {}
+    results: dict[int, Timings] = {}
     deadline = time.monotonic() + timeout_s
     try:
         while len(results) < world:
@@ -164,11 +166,16 @@ def run_world(world: int, passes: int, rounds: int, seed_path: Optional[str], ti
             if p.is_alive():
                 p.kill()
                 p.join(5)
-    return {name: (max(res[name][0] for res in results.values()), max(res[name][1] for res in results.values()))
-            for name in results[0]}
+    return {
+        name: [
+            (max(res[name][k][0] for res in results.values()), max(res[name][k][1] for res in results.values()))
+            for k in range(rounds)
+        ]
+        for name in results[0]
+    }
 
 
-def run_local(passes: int, rounds: int, seed_path: Optional[str]) -> dict[str, tuple[float, float]]:
+def run_local(passes: int, rounds: int, seed_path: Optional[str]) -> Timings:
     """The Python cost alone: world 1, the collective replaced by a copy into a preallocated buffer."""
     warnings.filterwarnings("ignore", message=r".*NumPy.*")
     import torch
@@ -208,12 +215,7 @@ def run_local(passes: int, rounds: int, seed_path: Optional[str]) -> dict[str, t
         for name, fn in runners.items():
             times[name].append(_time_block(fn, passes, k))
         k += passes
-    return _summary(times)
-
-
-def _summary(times: dict[str, list[tuple[float, float]]]) -> dict[str, tuple[float, float]]:
-    """Median wall and median CPU µs per pass of each runner."""
-    return {name: (statistics.median(w for w, _ in ts), statistics.median(c for _, c in ts)) for name, ts in times.items()}
+    return times
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -236,14 +238,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"{'world':>5} {'':>4} {'bare':>8} {'ours':>8} {'seed':>8} {'ours extra':>11} {'seed extra':>11} {'ratio':>6}")
     cpu_ratios: dict[str, Optional[float]] = {}
     for world in (int(w) for w in args.worlds.split(",")):
-        r = run_world(world, args.passes, args.rounds, str(seed) if seed else None)
-        for i, kind in enumerate(("wall", "cpu")):
-            ratio = _print_row(str(world), kind, r["bare"][i], r["ours"][i], r["seed"][i] if "seed" in r else None)
-        cpu_ratios[f"world {world}"] = ratio
-    r = run_local(args.passes * 5, args.rounds, str(seed) if seed else None)
-    for i, kind in enumerate(("wall", "cpu")):
-        ratio = _print_row("local", kind, 0.0, r["ours"][i], r["seed"][i] if "seed" in r else None)
-    cpu_ratios["local"] = ratio
+        cpu_ratios[f"world {world}"] = _report(str(world), run_world(world, args.passes, args.rounds, str(seed) if seed else None))
+    cpu_ratios["local"] = _report("local", run_local(args.passes * 5, args.rounds, str(seed) if seed else None))
     print("local = one process, the collective replaced by a copy into a buffer: the Python cost alone")
     if seed:
         shown = ", ".join(f"{k} {v:.2f}" if v is not None else f"{k} -" for k, v in cpu_ratios.items())
@@ -251,17 +247,31 @@ def main(argv: Optional[list[str]] = None) -> int:
     return 0
 
 
-def _print_row(label: str, kind: str, bare: float, ours: float, seed: Optional[float]) -> Optional[float]:
-    """Print one line; return ours/seed of the cost beyond the bare collective (``None`` without the seed)."""
+def _report(label: str, times: Timings) -> Optional[float]:
+    """Print the wall and CPU lines of one world; return the CPU ratio (``None`` without the seed).
+
+    bare / ours / seed are medians over rounds. The extras are medians of the
+    per-round differences from that round's bare collective, so that drift
+    between rounds (other processes, frequency changes) cancels.
+    """
 
     def f(x: Optional[float], width: int = 8) -> str:
         return f"{x:{width}.1f}" if x is not None else f"{'-':>{width}}"
 
-    ours_x = ours - bare
-    seed_x = seed - bare if seed is not None else None
-    ratio = ours_x / seed_x if seed_x else None
-    shown = f"{ratio:6.2f}" if ratio is not None else f"{'-':>6}"
-    print(f"{label:>5} {kind:>4} {f(bare)} {f(ours)} {f(seed)} {f(ours_x, 11)} {f(seed_x, 11)} {shown}", flush=True)
+    def extra(name: str, i: int) -> Optional[float]:
+        if name not in times:
+            return None
+        bare = times.get("bare", [(0.0, 0.0)] * len(times[name]))
+        return statistics.median(t[i] - b[i] for t, b in zip(times[name], bare))
+
+    ratio: Optional[float] = None
+    for i, kind in enumerate(("wall", "cpu")):
+        med = {name: statistics.median(t[i] for t in ts) for name, ts in times.items()}
+        ours_x, seed_x = extra("ours", i), extra("seed", i)
+        ratio = ours_x / seed_x if ours_x is not None and seed_x else None
+        shown = f"{ratio:6.2f}" if ratio is not None else f"{'-':>6}"
+        print(f"{label:>5} {kind:>4} {f(med.get('bare', 0.0))} {f(med.get('ours'))} {f(med.get('seed'))} "
+              f"{f(ours_x, 11)} {f(seed_x, 11)} {shown}", flush=True)
     return ratio
 
 
