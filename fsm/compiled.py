@@ -36,10 +36,11 @@ from ..spec.config import Config
 from ..spec.inputs import PassInput
 from ..spec.table import FINALIZE, STATES, Table, Transition, build_table
 from ..spec.view import ROW_LEN, Local, View, gathered_view, local_row
+from .operators import Operators
 from .step import Decision, State, decide, local_for
 
 
-class Src:
+class Src(Operators):
     """A Python expression (fully parenthesised), and whether it always yields a ``bool``."""
 
     __slots__ = ("code", "is_bool", "negates", "index")
@@ -59,71 +60,16 @@ class Src:
             "with o.And / o.Or / o.Not / o.If (only configuration values may steer a Python if)"
         )
 
-    __hash__ = object.__hash__
-
+    # Operators (fsm.operators) call these two.
     def _bin(self, op: str, other: Any, reflected: bool = False) -> "Src":
         a, b = (lit(other), self.code) if reflected else (self.code, lit(other))
         return Src(f"({a} {op} {b})")
 
-    def __add__(self, o: Any) -> "Src":
-        return self._bin("+", o)
-
-    def __radd__(self, o: Any) -> "Src":
-        return self._bin("+", o, True)
-
-    def __sub__(self, o: Any) -> "Src":
-        return self._bin("-", o)
-
-    def __rsub__(self, o: Any) -> "Src":
-        return self._bin("-", o, True)
-
-    def __mul__(self, o: Any) -> "Src":
-        return self._bin("*", o)
-
-    def __rmul__(self, o: Any) -> "Src":
-        return self._bin("*", o, True)
-
-    def __truediv__(self, o: Any) -> "Src":
-        return self._bin("/", o)
-
-    def __rtruediv__(self, o: Any) -> "Src":
-        return self._bin("/", o, True)
-
-    def __floordiv__(self, o: Any) -> "Src":
-        return self._bin("//", o)
-
-    def __rfloordiv__(self, o: Any) -> "Src":
-        return self._bin("//", o, True)
-
-    def __mod__(self, o: Any) -> "Src":
-        return self._bin("%", o)
-
-    def __rmod__(self, o: Any) -> "Src":
-        return self._bin("%", o, True)
-
-    def __neg__(self) -> "Src":
-        return Src(f"(-{self.code})")
-
     def _cmp(self, op: str, o: Any) -> "Src":
         return Src(f"({self.code} {op} {lit(o)})", is_bool=True)
 
-    def __lt__(self, o: Any) -> "Src":  # type: ignore[override]
-        return self._cmp("<", o)
-
-    def __le__(self, o: Any) -> "Src":  # type: ignore[override]
-        return self._cmp("<=", o)
-
-    def __gt__(self, o: Any) -> "Src":  # type: ignore[override]
-        return self._cmp(">", o)
-
-    def __ge__(self, o: Any) -> "Src":  # type: ignore[override]
-        return self._cmp(">=", o)
-
-    def __eq__(self, o: Any) -> "Src":  # type: ignore[override]
-        return self._cmp("==", o)
-
-    def __ne__(self, o: Any) -> "Src":  # type: ignore[override]
-        return self._cmp("!=", o)
+    def __neg__(self) -> "Src":
+        return Src(f"(-{self.code})")
 
 
 def lit(x: Any) -> str:
@@ -168,33 +114,26 @@ class SrcOps:
             return self.facts.get(x.code, x)
         return x
 
-    def And(self, *xs: Any) -> Any:
+    def _junction(self, xs: Iterable[Any], absorbing: bool, word: str) -> Any:
+        """``and`` (``absorbing`` False) or ``or`` (True) of ``xs``, constants folded as ``all``/``any`` would."""
         items: list[Src] = []
         for x in map(self._known, xs):
             if not isinstance(x, Src):
-                if not x:
-                    return False
+                if bool(x) == absorbing:
+                    return absorbing
                 continue
             items.append(x)
         if not items:
-            return True
+            return not absorbing
         if len(items) == 1:
             return items[0] if items[0].is_bool else Src(f"bool({items[0].code})", True)
-        return Src("(" + " and ".join(_as_bool_code(x) for x in items) + ")", True)
+        return Src("(" + f" {word} ".join(_as_bool_code(x) for x in items) + ")", True)
+
+    def And(self, *xs: Any) -> Any:
+        return self._junction(xs, False, "and")
 
     def Or(self, *xs: Any) -> Any:
-        items: list[Src] = []
-        for x in map(self._known, xs):
-            if not isinstance(x, Src):
-                if x:
-                    return True
-                continue
-            items.append(x)
-        if not items:
-            return False
-        if len(items) == 1:
-            return items[0] if items[0].is_bool else Src(f"bool({items[0].code})", True)
-        return Src("(" + " or ".join(_as_bool_code(x) for x in items) + ")", True)
+        return self._junction(xs, True, "or")
 
     def Not(self, x: Any) -> Any:
         x = self._known(x)

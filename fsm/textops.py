@@ -29,10 +29,12 @@ from typing import Any, Callable, Iterable, Optional, Union
 
 from ..spec import guards as guards_module
 from ..spec.glossary import ARG, CONFIG, LOCAL, SYMBOLS, VIEW
+from .operators import Operators
 
 # Binding strength, loosest first (as in Python).
 IFEXP, OR, AND, NOT, CMP, ADD, MUL, UNARY, ATOM = range(9)
 
+_ARITH_PREC = {"+": ADD, "-": ADD, "*": MUL, "/": MUL, "//": MUL, "%": MUL}
 _NEGATE = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
 
 
@@ -55,7 +57,7 @@ def lift(x: Any) -> "Expr":
     raise TypeError(f"cannot render {x!r} in a formula")
 
 
-class Expr:
+class Expr(Operators):
     """A formula: its text, its binding strength, and enough structure to negate it."""
 
     __slots__ = ("text", "prec", "cmp", "neg", "const")
@@ -79,74 +81,19 @@ class Expr:
             "values with o.And / o.Or / o.Not / o.If (only configuration flags may steer a Python if)"
         )
 
-    __hash__ = object.__hash__
-
-    # arithmetic
-    def _bin(self, op: str, prec: int, other: Any, reflected: bool = False) -> "Expr":
+    # Operators (fsm.operators) call these two.
+    def _bin(self, op: str, other: Any, reflected: bool = False) -> "Expr":
+        prec = _ARITH_PREC[op]
         a, b = (lift(other), self) if reflected else (self, lift(other))
         return Expr(f"{_paren(a, prec)} {op} {_paren(b, prec + 1)}", prec)
 
-    def __add__(self, o: Any) -> "Expr":
-        return self._bin("+", ADD, o)
-
-    def __radd__(self, o: Any) -> "Expr":
-        return self._bin("+", ADD, o, True)
-
-    def __sub__(self, o: Any) -> "Expr":
-        return self._bin("-", ADD, o)
-
-    def __rsub__(self, o: Any) -> "Expr":
-        return self._bin("-", ADD, o, True)
-
-    def __mul__(self, o: Any) -> "Expr":
-        return self._bin("*", MUL, o)
-
-    def __rmul__(self, o: Any) -> "Expr":
-        return self._bin("*", MUL, o, True)
-
-    def __truediv__(self, o: Any) -> "Expr":
-        return self._bin("/", MUL, o)
-
-    def __rtruediv__(self, o: Any) -> "Expr":
-        return self._bin("/", MUL, o, True)
-
-    def __floordiv__(self, o: Any) -> "Expr":
-        return self._bin("//", MUL, o)
-
-    def __rfloordiv__(self, o: Any) -> "Expr":
-        return self._bin("//", MUL, o, True)
-
-    def __mod__(self, o: Any) -> "Expr":
-        return self._bin("%", MUL, o)
-
-    def __rmod__(self, o: Any) -> "Expr":
-        return self._bin("%", MUL, o, True)
-
-    def __neg__(self) -> "Expr":
-        return Expr(f"-{_paren(self, UNARY)}", UNARY)
-
-    # comparisons (non-associative: both sides bind tighter than the comparison)
     def _cmp(self, op: str, other: Any) -> "Expr":
+        # Comparisons are non-associative: both sides bind tighter than the comparison.
         b = lift(other)
         return Expr(f"{_paren(self, CMP + 1)} {op} {_paren(b, CMP + 1)}", CMP, cmp=(op, self, b))
 
-    def __lt__(self, o: Any) -> "Expr":  # type: ignore[override]
-        return self._cmp("<", o)
-
-    def __le__(self, o: Any) -> "Expr":  # type: ignore[override]
-        return self._cmp("<=", o)
-
-    def __gt__(self, o: Any) -> "Expr":  # type: ignore[override]
-        return self._cmp(">", o)
-
-    def __ge__(self, o: Any) -> "Expr":  # type: ignore[override]
-        return self._cmp(">=", o)
-
-    def __eq__(self, o: Any) -> "Expr":  # type: ignore[override]
-        return self._cmp("==", o)
-
-    def __ne__(self, o: Any) -> "Expr":  # type: ignore[override]
-        return self._cmp("!=", o)
+    def __neg__(self) -> "Expr":
+        return Expr(f"-{_paren(self, UNARY)}", UNARY)
 
 
 TRUE = Expr("True", const=True)

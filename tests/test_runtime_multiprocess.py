@@ -240,19 +240,25 @@ def test_stalled_peer_makes_the_survivors_raise_at_the_group_timeout() -> None:
 # ----- the example under torchrun ------------------------------------------------------
 
 
-def test_example_runs_under_torchrun() -> None:
-    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    cmd = [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "prefill_delayer.runtime.example", "--passes", "4",
-           "--timeout-s", "10"]
+def _run_script(cmd: list[str], timeout_s: float) -> tuple[int, str]:
+    """Run ``cmd`` in its own session; on timeout (or any error) kill its whole process group."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
-        stdout, _ = proc.communicate(timeout=90)
+        stdout, _ = proc.communicate(timeout=timeout_s)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
-    assert proc.returncode == 0, stdout
+    return proc.returncode, stdout
+
+
+def test_example_runs_under_torchrun() -> None:
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    cmd = [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "prefill_delayer.runtime.example", "--passes", "4",
+           "--timeout-s", "10"]
+    returncode, stdout = _run_script(cmd, timeout_s=90)
+    assert returncode == 0, stdout
     lines = [line for line in stdout.splitlines() if line.startswith("[rank ")]
     assert len(lines) == 8, stdout
     for rank in (0, 1):
@@ -269,15 +275,8 @@ def test_example_runs_under_torchrun() -> None:
 def test_benchmark_script_runs_and_reports_each_world() -> None:
     """A smoke run (few passes): the script must keep working; its numbers are not judged here."""
     cmd = [sys.executable, "-m", "prefill_delayer.runtime.bench", "--worlds", "1,2", "--passes", "8", "--rounds", "1"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
-    try:
-        stdout, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-    assert proc.returncode == 0, stdout
+    returncode, stdout = _run_script(cmd, timeout_s=120)
+    assert returncode == 0, stdout
     rows = [line.split() for line in stdout.splitlines() if line.split()[1:2] in (["wall"], ["cpu"])]
     assert [(r[0], r[1]) for r in rows] == [(w, k) for w in ("1", "2", "local") for k in ("wall", "cpu")], stdout
     for r in rows:
