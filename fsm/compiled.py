@@ -12,10 +12,11 @@ How: ``SrcOps`` is a fourth reading of the operator layer (after ``PyOps``,
 configuration is concrete, so its structural ``if``\\ s are decided and its
 numbers become literals; the rows, this rank's state and the clock are
 symbolic names. Running the spec's own functions on them —
-``view.local_row``, ``view.gathered_view``, ``table.holds`` for each row in
-table order, ``step.decide`` for the fired row's effects, ``step.local_for``
-for what the guards see of the state — yields the source, which is compiled
-once per delayer. Nothing here states a guard: change one in ``spec/guards.py``
+``view.local_row``, ``view.gathered_view``, each table row's guard functions
+in table order (laid out as a decision tree, see ``_Generator.select``),
+``step.decide`` for the fired row's effects, ``step.local_for`` for what the
+guards see of the state — yields the source, which is compiled once per
+delayer. Nothing here states a guard: change one in ``spec/guards.py``
 and the compiled code changes with it (``tests/test_compiled.py`` checks both
 that and agreement with the machine on random passes).
 

@@ -27,7 +27,7 @@ from ..fsm import INITIAL_STATE, DelayerMachine, Decision, State, local_for
 from ..fsm.compiled import CompiledStep
 from ..spec.config import Config
 from ..spec.errors import ConfigError, PassInputError
-from ..spec.inputs import args_problems, mask_fields, problems_mask
+from ..spec.inputs import CLOCK, args_problems, clock_problem, mask_fields, problems_mask
 from ..spec.ops import PY
 from ..spec.table import IDLE
 from ..spec.view import F_ERROR, F_FINGERPRINT, ROW_LEN, gathered_view
@@ -36,6 +36,7 @@ from .gather import GatherFn, default_gather, describe
 from .metrics import record_single_pass_result
 from .server_args import get_bool_env_var
 
+_INF = float("inf")
 # Fire every pass through the ``transitions`` machine too and compare (tests, debugging).
 CROSSCHECK_ENV = "PREFILL_DELAYER_CROSSCHECK"
 
@@ -188,7 +189,15 @@ class PrefillDelayer:
         problems = args_problems(
             local_prefillable, token_usage, running_batch, max_prefill_bs, max_running_requests, waiting_queue_len
         )
-        now = self._clock()
+        clock_error: Optional[Exception] = None
+        try:
+            now = self._clock()
+        except Exception as err:  # still take part in the gather: the peers must not hang
+            now, clock_error = None, err
+        if now.__class__ is not float or not -_INF < now < _INF:  # the usual reading passes this at once
+            problem = clock_problem(now, clock_error)
+            if problem is not None:
+                problems = [*problems, (CLOCK, problem)]
         if problems:
             row = self._error_row_head + [problems_mask(problems), self._fingerprint]
         else:
@@ -210,7 +219,7 @@ class PrefillDelayer:
             or flat[F_FINGERPRINT::ROW_LEN].count(self._fingerprint) != self._world_size
             or any(flat[F_ERROR::ROW_LEN])
         ):
-            self._reject(flat, pass_number, problems)
+            self._reject(flat, pass_number, problems, clock_error)
         decision = step.negotiate(state, now, max_running_requests, flat)
         if self._shadow is not None:
             self._crosscheck(state, now, max_running_requests, flat, decision)
@@ -255,7 +264,9 @@ class PrefillDelayer:
         if want != decision:
             raise AssertionError(f"compiled step gave {decision}, the transitions machine {want} (state {state}, rows {rows})")
 
-    def _reject(self, flat: Sequence[int], pass_number: int, problems: list[tuple[str, str]]) -> NoReturn:
+    def _reject(
+        self, flat: Sequence[int], pass_number: int, problems: list[tuple[str, str]], clock_error: Optional[Exception] = None
+    ) -> NoReturn:
         """Raise the error the gathered rows call for; every rank reaches the same verdict."""
         if len(flat) != self._flat_len:
             raise CollectiveError(
@@ -274,6 +285,8 @@ class PrefillDelayer:
             if problems
             else None
         )
+        if local is not None and clock_error is not None:
+            local.__cause__ = clock_error
         if bad:
             raise PeerInputError(pass_number=pass_number, bad_fields=bad) from local
         if local is not None:  # the gather dropped our error mask: still refuse the pass

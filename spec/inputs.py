@@ -97,16 +97,33 @@ def input_problems(inp: PassInput) -> list[tuple[str, str]]:
     return problems
 
 
+# The clock reading is a per-pass input too (``clock=`` is injectable): a bad one
+# is reported through the same error mask, after the negotiate arguments.
+CLOCK = "clock"
+MASK_FIELDS = INPUT_FIELDS + (CLOCK,)
+
+
+def clock_problem(now: Any, error: BaseException | None = None) -> str | None:
+    """Why a clock reading cannot be used (``error``: what the clock raised), or ``None``."""
+    if error is not None:
+        return f"the clock raised {type(error).__name__}: {error}"
+    if isinstance(now, bool) or not isinstance(now, (int, float)):
+        return f"expected seconds as a float, got {type(now).__name__} {now!r}"
+    if not math.isfinite(now):
+        return f"expected a finite reading, got {now!r}"
+    return None
+
+
 def problems_mask(problems: list[tuple[str, str]]) -> int:
-    """Bit i set when field ``INPUT_FIELDS[i]`` is bad: what a gathered row can carry."""
+    """Bit i set when field ``MASK_FIELDS[i]`` is bad: what a gathered row can carry."""
     mask = 0
     for name, _ in problems:
-        mask |= 1 << INPUT_FIELDS.index(name)
+        mask |= 1 << MASK_FIELDS.index(name)
     return mask
 
 
 def mask_fields(mask: int) -> list[str]:
-    return [name for i, name in enumerate(INPUT_FIELDS) if mask >> i & 1]
+    return [name for i, name in enumerate(MASK_FIELDS) if mask >> i & 1]
 
 
 def validate_pass_input(inp: PassInput) -> PassInput:

@@ -520,3 +520,43 @@ def test_clock_is_read_once_per_pass() -> None:
     ex = PrefillDelayerSinglePassExecutor(d, 0.9)
     ex.finalize(actual_prefill=False)
     assert len(reads) == 3 and d.state.wait_start == 13.0
+
+
+@pytest.mark.parametrize("reading", ["raise", float("nan"), float("inf"), "12.5", None, True])
+def test_a_bad_clock_on_one_rank_raises_the_same_error_everywhere(reading: Any) -> None:
+    """The clock is injectable, so its reading is checked like an input: the rank with the bad
+    reading still takes part in the gather (nobody hangs) and every rank raises the same error."""
+
+    def body(rank: int, gather: Any) -> Any:
+        calls = []
+
+        def clock() -> Any:
+            calls.append(1)
+            if rank == 1 and len(calls) == 2:
+                if reading == "raise":
+                    raise OSError("clock source gone")
+                return reading
+            return float(len(calls))
+
+        d = delayer(2, gather, clock=clock)
+        first = d.negotiate(True, 0.9)
+        before = d.state
+        with pytest.raises(PeerInputError) as info:
+            d.negotiate(True, 0.9)
+        assert d.state == before and d.passes == 1
+        after = d.negotiate(False, 0.9)  # the group is still in step
+        return str(info.value), info.value.bad_fields, info.value.__cause__, first.output_reason, after.output_reason
+
+    outs = run_ranks(2, body)
+    assert outs[0][0] == outs[1][0] and outs[0][1] == outs[1][1] == {1: ("clock",)}
+    assert "rank 1" in outs[0][0] and "clock" in outs[0][0]
+    cause = outs[1][2]
+    assert isinstance(cause, PassInputError) and "clock" in str(cause) and outs[0][2] is None
+    if reading == "raise":
+        assert isinstance(cause.__cause__, OSError) and "clock source gone" in str(cause)
+    assert outs[0][4] == outs[1][4] == ""
+
+
+def test_an_int_clock_reading_is_accepted() -> None:
+    d = delayer(1, lambda row: [list(row)], clock=lambda: 7)
+    assert d.negotiate(True, 0.9).output_allow
