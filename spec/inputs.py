@@ -56,8 +56,9 @@ def args_problems(
 
     The runtime calls this once per pass. The usual arguments (a ``bool``, a finite
     ``float`` >= 0 and four ``int`` values in range, by exact type) are accepted by one
-    expression; anything else goes through ``input_problems``, which decides alike
-    on those (tests check that the quick test only accepts what it accepts).
+    expression; anything else goes through ``input_problems``. The quick test only
+    accepts what ``input_problems`` accepts (a hypothesis test checks that both give
+    the same answer on arbitrary values).
     """
     if (
         local_prefillable.__class__ is bool
