@@ -427,6 +427,36 @@ def test_malformed_gather_result_is_a_collective_error() -> None:
     assert d.state == INITIAL_STATE
 
 
+class _FlatGather:
+    """A gather offering ``gather_flat`` (as ``TorchGather`` does), returning what it is told to."""
+
+    def __init__(self, make: Any) -> None:
+        self.make = make
+
+    def __call__(self, row: Any) -> Any:  # pragma: no cover - the delayer prefers gather_flat
+        raise AssertionError("gather_flat should have been used")
+
+    def gather_flat(self, row: Any) -> Any:
+        return self.make(list(row))
+
+
+def test_malformed_flat_gather_result_is_a_collective_error() -> None:
+    d = delayer(2, _FlatGather(lambda row: row + row[:8]))  # one value short
+    with pytest.raises(CollectiveError, match="returned 17 values, expected 2 rows of 9"):
+        d.negotiate(True, 0.9)
+    assert d.state == INITIAL_STATE and d.passes == 0
+    ok = delayer(2, _FlatGather(lambda row: row + row))
+    assert ok.negotiate(True, 0.9).output_allow  # the flat path, well formed
+
+
+def test_a_gather_that_loses_this_ranks_row_is_a_collective_error() -> None:
+    foreign = delayer(1, lambda row: [list(row)], max_delay_passes=7)._fingerprint
+    d = delayer(1, lambda row: [row[:-1] + [foreign]])  # one row, but not this rank's
+    with pytest.raises(CollectiveError, match="its own row is missing"):
+        d.negotiate(True, 0.9)
+    assert d.state == INITIAL_STATE
+
+
 def test_a_dead_thread_rank_makes_the_others_raise_within_the_timeout() -> None:
     group = InProcessGroup(2, timeout_s=0.3)
     d = delayer(2, group.gather_for(0))
