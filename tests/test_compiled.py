@@ -10,6 +10,7 @@ cross-check, and the quick input check.
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 from hypothesis import given
@@ -23,6 +24,7 @@ from prefill_delayer.spec.inputs import MAX_COUNT, args_problems, input_problems
 from prefill_delayer.spec.table import Table, build_table
 
 from fsm_sim import assert_same_decisions
+from guard_mutants import EQUIVALENT, mutants, patched
 
 QUEUE = Config(max_delay_passes=4, token_usage_low_watermark=0.5, queue_min_ratio=0.29, dp_size=2, enable_dp_attention=True)
 
@@ -37,10 +39,11 @@ def _decide(compiled: CompiledStep, state: State, now: float, inputs: list[PassI
     return compiled.negotiate(state, now, inputs[0].max_running_requests, [x for r in rows for x in r])
 
 
-def _reference(c: Config, state: State, now: float, inputs: list[PassInput]) -> Decision:
+def _reference(c: Config, state: State, now: float, inputs: list[PassInput], table: Table | None = None) -> Decision:
+    """The same pass through ``fsm.step`` (``table``: built now from the guards, unless given)."""
     local = local_for(state, now, inputs[0].max_running_requests)
     rows = [local_row(PY, c, inp, local) + [0, 0] for inp in inputs]
-    return step(c, build_table(c.profile), state, gathered_view(PY, c, rows), local)
+    return step(c, table or build_table(c.profile), state, gathered_view(PY, c, rows), local)
 
 
 def test_a_changed_table_guard_changes_the_compiled_decision(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -146,3 +149,50 @@ def test_the_quick_input_check_decides_as_input_problems(values: list) -> None:
 @given(st.booleans(), st.floats(0.0, 1e300), st.lists(st.integers(0, MAX_COUNT), min_size=4, max_size=4))
 def test_valid_inputs_pass_the_quick_check(prefillable: bool, usage: float, counts: list[int]) -> None:
     assert args_problems(prefillable, usage, *counts) == [] == input_problems(PassInput(prefillable, usage, *counts))
+
+
+# ----- every guard mutant: the compiled code follows the mutated guard ---------------------
+
+MUTANT_CONFIGS = [
+    QUEUE.replace(max_delay_ms=2.0),
+    QUEUE.replace(max_delay_ms=2.0, profile="hardened"),
+    QUEUE.replace(dp_size=3, attn_tp_size=2, enable_dp_attention=False, queue_min_ratio=0.5, max_delay_ms=2.0),
+    QUEUE.replace(dp_size=6, max_delay_ms=2.0, profile="hardened"),  # 6 counted rows: strided aggregates
+]
+
+
+def _sample_passes(c: Config, rng: random.Random, n: int) -> list[tuple[State, float, list[PassInput]]]:
+    """Passes near every guard's boundary: counts around the triggers, usage around the
+    watermark, states at and around the cap, clocks around max_delay_ms."""
+    out = []
+    for _ in range(n):
+        control = rng.choice(["idle", "delaying", "delaying"])
+        state = State(control, rng.randint(1, 4) if control == "delaying" else 0,
+                      0.0 if control == "delaying" else None, rng.random() < 0.3)
+        now = rng.choice([0.0, 0.001, 0.002, 0.003])
+        rb, pb = rng.choice([0, 1, 28, 29, 100]), rng.choice([0, 1, 28, 29, 80])
+        inputs = [
+            PassInput(rng.random() < 0.8, rng.choice([0.3, 0.5, 0.9]), rb, pb,
+                      rng.choice([0, rb + pb - 1, rb + pb, rb + pb + 1, 1024]), rng.choice([0, 1, 13, 14, 15, 28, 29]))
+            for _ in range(c.world_size)
+        ]
+        out.append((state, now, inputs))
+    return out
+
+
+@pytest.mark.parametrize("name,label,occurrence,src", mutants(), ids=[f"{m[0]}:{m[1]}#{m[2]}" for m in mutants()])
+def test_the_compiled_step_follows_every_guard_mutant(monkeypatch: pytest.MonkeyPatch, name: str, label: str,
+                                                     occurrence: int, src: str) -> None:
+    rng = random.Random(f"{name}:{label}:{occurrence}")
+    samples = {c: _sample_passes(c, rng, 150) for c in MUTANT_CONFIGS}
+    before = {c: _compile(c) for c in MUTANT_CONFIGS}
+    original = {c: [_decide(before[c], *p) for p in samples[c]] for c in MUTANT_CONFIGS}
+    monkeypatch.setattr(guards, name, patched(name, src))
+    changed = 0
+    for c in MUTANT_CONFIGS:
+        compiled, table = _compile(c), build_table(c.profile)  # both built after the patch
+        got = [_decide(compiled, *p) for p in samples[c]]
+        assert_same_decisions(got, [_reference(c, *p, table) for p in samples[c]])  # step reads the mutant directly
+        changed += sum(g != o for g, o in zip(got, original[c]))
+    if (name, label, occurrence) not in EQUIVALENT:
+        assert changed, f"no sampled pass tells {name} ({label} #{occurrence}) from the original"

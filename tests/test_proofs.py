@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import ast
-import inspect
 import json
-import textwrap
 
 import pytest
 
@@ -16,6 +13,8 @@ from prefill_delayer.proofs.trace import validate_trace  # noqa: E402
 from prefill_delayer.spec import guards  # noqa: E402
 from prefill_delayer.spec.invariants import CATALOGUE  # noqa: E402
 from prefill_delayer.spec.table import Lit, Table, build_table  # noqa: E402
+
+from guard_mutants import EQUIVALENT, mutants, patched  # noqa: E402
 
 pytestmark = pytest.mark.proofs
 
@@ -59,56 +58,7 @@ def test_cli_prove_writes_report_and_traces(tmp_path):
 
 # ----- mutation sensitivity ---------------------------------------------------
 
-_FLIP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq}
-_CONNECTIVE = {"And": "Or", "Or": "And"}
-# Mutants that are equivalent to the original, with the reason.
-EQUIVALENT = {
-    # q = min(int(RB * ratio), PB) is 0 when RB = 0, so `q > 0` already implies RB > 0.
-    ("queue_trigger", "Gt->GtE", 0),
-    # WQ >= 0 and WQ < q already imply q > 0.
-    ("queue_trigger", "Gt->GtE", 1),
-}
-
-
-def _sites(tree: ast.AST) -> list:
-    """Every mutable spot of a parsed guard, in a fixed order: (kind, node, operand index)."""
-    sites = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Compare):
-            sites += [("cmp", node, i) for i, op in enumerate(node.ops) if type(op) in _FLIP]
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _CONNECTIVE:
-            sites.append(("conn", node, 0))
-    return sites
-
-
-def _mutants():
-    """(guard name, mutation label, occurrence, mutated source) for every comparison and connective."""
-    out = []
-    for name, fn in inspect.getmembers(guards, inspect.isfunction):
-        src = textwrap.dedent(inspect.getsource(fn))
-        counts: dict[str, int] = {}
-        for index, (kind, node, i) in enumerate(_sites(ast.parse(src))):
-            if kind == "cmp":
-                label = f"{type(node.ops[i]).__name__}->{_FLIP[type(node.ops[i])].__name__}"
-            else:
-                label = f"{node.func.attr}->{_CONNECTIVE[node.func.attr]}"
-            occurrence = counts.get(label, 0)
-            counts[label] = occurrence + 1
-            out.append((name, label, occurrence, _mutate(src, index)))
-    return out
-
-
-def _mutate(src: str, site_index: int) -> str:
-    tree = ast.parse(src)
-    kind, node, i = _sites(tree)[site_index]
-    if kind == "cmp":
-        node.ops[i] = _FLIP[type(node.ops[i])]()
-    else:
-        node.func.attr = _CONNECTIVE[node.func.attr]
-    return ast.unparse(tree)
-
-
-MUTANTS = _mutants()
+MUTANTS = mutants()
 # Refinement first: it catches most mutants fastest; the rest of the catalogue after it.
 ORDER = ["refinement", "aggregate-view"] + [i.id for i in CATALOGUE if i.id not in ("refinement", "aggregate-view")]
 
@@ -121,9 +71,7 @@ def test_mutants_cover_every_guard():
 
 @pytest.mark.parametrize("name,label,occurrence,src", MUTANTS, ids=[f"{m[0]}:{m[1]}#{m[2]}" for m in MUTANTS])
 def test_prove_fails_on_mutated_guard(monkeypatch, name, label, occurrence, src):
-    namespace = dict(vars(guards))
-    exec(compile(src, f"<mutant {name}>", "exec"), namespace)
-    monkeypatch.setattr(guards, name, namespace[name])
+    monkeypatch.setattr(guards, name, patched(name, src))
     results = run_catalogue(properties=ORDER, fail_fast=True)
     caught = [r for r in results if not r.ok]
     if (name, label, occurrence) in EQUIVALENT:
