@@ -134,33 +134,28 @@ class TextOps:
     FALSE = FALSE
 
     @staticmethod
-    def And(*xs: Any) -> Expr:
+    def _junction(xs: Iterable[Any], absorbing: Expr, neutral: Expr, word: str, item_prec: int, prec: int) -> Expr:
+        """``and`` (absorbing ``False``) or ``or`` (absorbing ``True``) of ``xs``, constants dropped."""
         items = []
         for x in map(lift, xs):
-            if x.const is False:
-                return FALSE
-            if x.const is not True:
+            if x.const is absorbing.const:
+                return absorbing
+            if x.const is not neutral.const:
                 items.append(x)
         if not items:
-            return TRUE
+            return neutral
         if len(items) == 1:
             return items[0]
-        return Expr(" and ".join(_paren(x, AND) for x in items), AND)
+        return Expr(f" {word} ".join(_paren(x, item_prec) for x in items), prec)
+
+    @staticmethod
+    def And(*xs: Any) -> Expr:
+        return TextOps._junction(xs, FALSE, TRUE, "and", AND, AND)
 
     @staticmethod
     def Or(*xs: Any) -> Expr:
-        items = []
-        for x in map(lift, xs):
-            if x.const is True:
-                return TRUE
-            if x.const is not False:
-                items.append(x)
-        if not items:
-            return FALSE
-        if len(items) == 1:
-            return items[0]
         # ``a and b or c`` is right in Python but hard to read: bracket every conjunction.
-        return Expr(" or ".join(_paren(x, NOT) for x in items), OR)
+        return TextOps._junction(xs, TRUE, FALSE, "or", NOT, OR)
 
     @staticmethod
     def Not(x: Any) -> Expr:

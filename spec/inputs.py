@@ -105,7 +105,13 @@ MASK_FIELDS = INPUT_FIELDS + (CLOCK,)
 
 
 def clock_problem(now: Any, error: BaseException | None = None) -> str | None:
-    """Why a clock reading cannot be used (``error``: what the clock raised), or ``None``."""
+    """Why a clock reading cannot be used (``error``: what the clock raised), or ``None``.
+
+    Called once per pass: a finite ``float`` (what ``time.perf_counter`` returns)
+    is accepted by the first test.
+    """
+    if error is None and now.__class__ is float and -_INF < now < _INF:
+        return None
     if error is not None:
         return f"the clock raised {type(error).__name__}: {error}"
     if isinstance(now, bool) or not isinstance(now, (int, float)):
