@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable, Optional, Union
 
 from ..spec import guards as guards_module
 from ..spec.glossary import ARG, CONFIG, LOCAL, SYMBOLS, VIEW
+from ..spec.profiles import features_of
 from .operators import Operators
 
 # Binding strength, loosest first (as in Python).
@@ -241,7 +242,7 @@ class SymConfig(_Symbolic):
     def __init__(self, profile: str, branches: Branches, missing: set) -> None:
         super().__init__(CONFIG, branches, missing)
         self.profile = profile
-        self.hardened = profile == "hardened"
+        self.features = features_of(profile)
 
 
 # ----- rendering a guard -----------------------------------------------------

@@ -13,6 +13,7 @@ import z3
 
 from ..spec.config import Config
 from ..spec.inputs import MAX_COUNT
+from ..spec.profiles import QUEUE_CAPACITY, features_of
 from ..spec.table import DELAYING, IDLE, REASONS, Effect, Table, holds
 from ..spec.view import Local, View
 from .z3ops import Z3Ops
@@ -26,9 +27,10 @@ STUCK = -1  # reason code when no row fires (the partition proof rules it out)
 class SymConfig:
     """The guards' view of a configuration with the numeric parameters symbolic.
 
-    Structural choices (profile, queue trigger on/off and its ratio, DP
-    attention and, without it, dp_size) stay concrete: they pick which formula
-    is built. Everything else is a Z3 variable, so a proof covers every value.
+    Structural choices (profile, queue trigger on/off and its ratio,
+    prefill_max_requests set or not, DP attention and, without it, dp_size)
+    stay concrete: they pick which formula is built. Everything else is a Z3
+    variable, so a proof covers every value.
     """
 
     profile: str
@@ -41,17 +43,27 @@ class SymConfig:
     max_delay_ms: Any
     watermark_on: Any
     watermark: Any
+    pmr_on: bool = False
+    pmr: Any = 0
+    attn_cp_size: int = 1
 
     @property
-    def hardened(self) -> bool:
-        return self.profile == "hardened"
+    def features(self) -> frozenset[str]:
+        return features_of(self.profile)
 
     @property
     def dp_dim(self) -> Any:
         return self.dp_size if self.enable_dp_attention else 1
 
+    @property
+    def group_size(self) -> int:
+        return self.attn_cp_size * self.attn_tp_size
+
     def domain(self) -> list:
-        return [self.max_delay_passes >= 0, self.max_delay_ms > 0, self.watermark >= 0, self.watermark <= 1]
+        dom = [self.max_delay_passes >= 0, self.max_delay_ms > 0, self.watermark >= 0, self.watermark <= 1]
+        if self.pmr_on:
+            dom += [self.pmr >= 1, self.pmr <= MAX_COUNT]
+        return dom
 
     def bound(self) -> Any:
         """max(max_delay_passes - 1, 0): the longest allowed run of delays."""
@@ -66,11 +78,12 @@ class Family:
     enable_dp_attention: bool
     queue_ratio: Optional[float]
     dp_size: int  # used only without DP attention (with it, the rank count is symbolic)
+    pmr_on: bool = False  # prefill_max_requests set (symbolic value)
 
     def label(self) -> str:
         dp = "dp-attn" if self.enable_dp_attention else f"tp-only(dp_size={self.dp_size})"
         q = "queue-off" if self.queue_ratio is None else f"queue={self.queue_ratio!r}"
-        return f"{self.profile}/{dp}/{q}"
+        return f"{self.profile}/{dp}/{q}" + ("/prefill_max_requests" if self.pmr_on else "")
 
     def sym_config(self, tag: str = "") -> SymConfig:
         return SymConfig(
@@ -84,16 +97,21 @@ class Family:
             max_delay_ms=z3.Real(f"max_delay_ms{tag}"),
             watermark_on=z3.Bool(f"watermark_on{tag}"),
             watermark=z3.Real(f"watermark{tag}"),
+            pmr_on=self.pmr_on,
+            pmr=z3.Int(f"prefill_max_requests{tag}") if self.pmr_on else 0,
         )
 
 
 def families(profile: str, base: Config) -> list[Family]:
-    """DP attention on and off, queue trigger off and at the configured ratio (0.5 if unset)."""
+    """DP attention on and off, queue trigger off and at the configured ratio (0.5 if unset);
+    where the profile reads prefill_max_requests (queue-capacity), with it unset and set."""
     ratio = base.queue_min_ratio if base.queue_min_ratio is not None else 0.5
+    pmr = (False, True) if QUEUE_CAPACITY in features_of(profile) else (False,)
     return [
-        Family(profile, dp_attn, q, base.dp_size)
+        Family(profile, dp_attn, q, base.dp_size, p)
         for dp_attn in (True, False)
         for q in (None, ratio)
+        for p in (pmr if q is not None else (False,))
     ]
 
 

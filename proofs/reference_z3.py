@@ -1,7 +1,8 @@
-"""An independent Z3 encoding of DESIGN §2 (seed) and §3 (hardened), for ``refinement``.
+"""An independent Z3 encoding of the released policies, for ``refinement``.
 
-Written from the design text as nested conditionals in raw Z3; it shares no
-guard or table code with the spec. Only the exact double-rounding primitive
+Written from the releases' code (SGLang 0.5.14 ... 0.5.23) and our two fixes as
+nested conditionals in raw Z3, switched by the profile's feature ids; it shares
+no guard or table code with the spec. Only the exact double-rounding primitive
 ``int_of_double_product`` (tested against Python itself) is reused.
 """
 
@@ -11,6 +12,7 @@ from typing import Any
 
 import z3
 
+from ..spec import profiles as f
 from .model import CTRL, REASON_CODE, Outcome, SymConfig, SymState
 from .z3ops import int_of_double_product, exact_real
 
@@ -27,7 +29,7 @@ def reference_timeout_flag(c: SymConfig, waiting: Any, now: Any, start: Any) -> 
 
 
 def reference_pass(c: SymConfig, st: SymState, v: Any, now: Any, mrr_local: Any, side: list) -> Outcome:
-    hardened = c.profile == "hardened"
+    feats = c.features
     waiting = st.ctrl == DELAYING
     count = z3.If(waiting, st.count, 0)
     wait_s = z3.If(waiting, now - st.start, 0)
@@ -48,36 +50,36 @@ def reference_pass(c: SymConfig, st: SymState, v: Any, now: Any, mrr_local: Any,
     under_cap = count < c.max_delay_passes - 1
 
     # --- all branch ---
-    mrr = v.mrr_max if hardened else mrr_local
+    mrr = v.mrr_max if f.GATHERED_MRR in feats else mrr_local
     if not c.enable_dp_attention:
         mrr = (mrr + c.dp_size - 1) / c.dp_size
     slot = mrr - v.running_batch < v.max_prefill_bs
     if c.queue_on:
         q_raw = int_of_double_product(v.running_batch, c.queue_ratio, side)
-        q = z3.If(q_raw < v.max_prefill_bs, q_raw, v.max_prefill_bs)
-        if hardened:
+        cap = c.pmr if (f.QUEUE_CAPACITY in feats and c.pmr_on) else v.max_prefill_bs
+        q = z3.If(q_raw < cap, q_raw, cap)
+        if f.GATHERED_TIMEOUT in feats:
             timed_out = v.timeout_any
         else:
             timed_out = z3.And(waiting, (now - st.start) * 1000 >= exact_real(c.max_delay_ms))
         queue = z3.And(v.running_batch > 0, q > 0, v.waiting_queue_len < q, z3.Not(timed_out))
     else:
         queue = z3.BoolVal(False)
-    allow_reason = z3.If(waiting, REASON_CODE["wait_success"], REASON_CODE["no_wait"])
-    if hardened:
-        # Only the slot trigger consumes the one-shot skip; then the cap.
+    if f.SKIP_SLOT_ONLY in feats:
+        # Only the slot trigger consumes the one-shot skip.
         skip = z3.And(st.armed, slot)
-        armed_after = z3.And(st.armed, z3.Not(skip))
-        wants = z3.Or(z3.And(slot, z3.Not(skip)), queue)
-        capped = release("wait_timeout", armed_after)
-        allowed = release("no_wait", armed_after)
-        allowed = (allow_reason,) + allowed[1:]
-        all_branch = pick(wants, pick(under_cap, delay(armed_after), capped), allowed)
+        wants = z3.Or(z3.And(slot, z3.Not(st.armed)), queue)
     else:
-        trig = z3.Or(slot, queue)
-        skip = z3.And(trig, st.armed)
-        allowed = release("no_wait", z3.If(skip, False, st.armed))
-        allowed = (allow_reason,) + allowed[1:]
-        all_branch = pick(z3.And(trig, z3.Not(st.armed)), delay(), allowed)
+        skip = z3.And(z3.Or(slot, queue), st.armed)
+        wants = z3.And(z3.Or(slot, queue), z3.Not(st.armed))
+    armed_after = z3.And(st.armed, z3.Not(skip))
+    if f.ALL_BRANCH_CAP in feats:
+        held = pick(under_cap, delay(armed_after), release("wait_timeout", armed_after))
+    else:
+        held = delay(armed_after)
+    allow_reason = z3.If(waiting, REASON_CODE["wait_success"], REASON_CODE["no_wait"])
+    allowed = (allow_reason,) + release("no_wait", armed_after)[1:]
+    all_branch = pick(wants, held, allowed)
 
     mixed_branch = pick(force, release("token_watermark"), pick(under_cap, delay(), release("wait_timeout")))
     all_branch = pick(force, release("token_watermark"), all_branch)

@@ -50,16 +50,18 @@ assert F_FINGERPRINT == F_ERROR + 1 == ROW_LEN - 1
 class PrefillDelayer:
     """Negotiates, once per scheduler pass, whether this pass may prefill.
 
-    The seed's signature plus three keyword-only extras (DESIGN §6):
-    ``profile`` ("seed": the seed's decisions bit for bit, defects included;
-    "hardened": DESIGN §3), ``gather`` (a ``gather(row) -> rows`` callable that
-    replaces the collective; see ``runtime.inprocess``) and ``clock`` (seconds,
-    default ``time.perf_counter``; read exactly once per pass).
+    The seed's signature plus keyword-only extras: ``profile`` (any profile of
+    ``spec.profiles``, or ``sglang-X`` for the release X whose decisions to make
+    bit for bit; default "seed", SGLang 0.5.14-0.5.16, defects included),
+    ``gather`` (a ``gather(row) -> rows`` callable that replaces the collective;
+    see ``runtime.inprocess``), ``clock`` (seconds, default ``time.perf_counter``;
+    read exactly once per pass) and ``attn_cp_size`` (attention context-parallel
+    ranks per DP group, profiles from sglang-0.5.22 on).
 
     ``server_args`` is read for ``enable_dp_attention``, ``disable_overlap_schedule``,
-    ``prefill_delayer_queue_min_ratio`` and ``prefill_delayer_max_delay_ms``, as
-    the seed reads them; every parameter is validated (``spec.Config`` raises
-    ``ConfigError``). Without ``gather`` the collective is a
+    ``prefill_delayer_queue_min_ratio``, ``prefill_delayer_max_delay_ms`` and
+    ``prefill_max_requests``, as the releases read them; every parameter is
+    validated (``spec.Config`` raises ``ConfigError``). Without ``gather`` the collective is a
     ``torch.distributed`` all-gather chosen as the seed chooses it (see
     ``runtime.gather.default_gather``).
     """
@@ -79,14 +81,17 @@ class PrefillDelayer:
         profile: str = "seed",
         gather: Optional[GatherFn] = None,
         clock: Optional[Callable[[], float]] = None,
+        attn_cp_size: int = 1,
     ) -> None:
         self.config = Config(
             max_delay_passes=max_delay_passes,
             token_usage_low_watermark=token_usage_low_watermark,
             queue_min_ratio=server_args.prefill_delayer_queue_min_ratio,
             max_delay_ms=server_args.prefill_delayer_max_delay_ms,
+            prefill_max_requests=server_args.prefill_max_requests,
             dp_size=dp_size,
             attn_tp_size=attn_tp_size,
+            attn_cp_size=attn_cp_size,
             enable_dp_attention=server_args.enable_dp_attention,
             profile=profile,
         )
@@ -122,7 +127,7 @@ class PrefillDelayer:
             if size is not None and size != c.world_size:
                 raise ConfigError(
                     f"the gather's group has {size} ranks but the configuration needs {c.world_size} "
-                    "(dp_size x attn_tp_size with DP attention, else attn_tp_size)"
+                    "(dp_size x attn_cp_size x attn_tp_size with DP attention, else attn_cp_size x attn_tp_size)"
                 )
         self._gather: GatherFn = gather
         # A gather that can hand back the concatenated rows (``TorchGather``) saves

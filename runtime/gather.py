@@ -2,8 +2,8 @@
 
 A gather is any callable ``gather(row) -> rows`` that takes this rank's row (a
 sequence of ints, ``spec.view.ROW_FIELDS``) and returns every rank's row in the
-group's rank order (``dp_rank * attn_tp_size + attn_tp_rank``). ``TorchGather``
-is the production one; ``runtime.inprocess`` has a thread-backed one. A gather
+group's rank order (DP-major: each DP group's attn_cp_size x attn_tp_size ranks
+together, its first rank first). ``TorchGather`` is the production one; ``runtime.inprocess`` has a thread-backed one. A gather
 may also offer ``gather_flat(row) -> ints`` (the rows concatenated), which the
 delayer then calls instead, saving the per-rank lists.
 
@@ -69,7 +69,7 @@ class TorchGather:
         if size != world_size:
             raise ConfigError(
                 f"{group_name} has {size} ranks but the configuration needs {world_size} "
-                "(dp_size x attn_tp_size with DP attention, else attn_tp_size): "
+                "(dp_size x attn_cp_size x attn_tp_size with DP attention, else attn_cp_size x attn_tp_size): "
                 "pass the group the delayer negotiates over"
             )
         self._dist = dist

@@ -1,4 +1,4 @@
-"""The four ``server_args`` fields the delayer reads, so callers need no SGLang.
+"""The five ``server_args`` fields the delayer reads, so callers need no SGLang.
 
 ``PrefillDelayer`` reads any object with these attributes (SGLang's own
 ``ServerArgs`` included); this dataclass is the minimal stand-in for tests,
@@ -22,6 +22,7 @@ class ServerArgs:
     disable_overlap_schedule: bool = False
     prefill_delayer_queue_min_ratio: Optional[float] = None
     prefill_delayer_max_delay_ms: Optional[float] = None
+    prefill_max_requests: Optional[int] = None
 
 
 def get_bool_env_var(name: str, default: str = "false") -> bool:

@@ -25,14 +25,14 @@ class Symbol:
 
 SYMBOLS: tuple[Symbol, ...] = (
     # the gathered view (spec.view.View), over the counted rows unless said otherwise
-    Symbol(VIEW, "n", "n", "counted rows: attn-TP rank 0 of each DP group (dp_size with DP attention, else 1)"),
+    Symbol(VIEW, "n", "n", "counted rows: the first rank of each DP group (dp_size with DP attention, else 1)"),
     Symbol(VIEW, "num_prefillable", "num_prefillable", "counted rows with prefillable = 1"),
     Symbol(VIEW, "num_force", "num_force", "counted rows with force = 1 (the seed's num_token_watermark_force_allow)"),
     Symbol(VIEW, "running_batch", "RB", "max of running_batch over the counted rows"),
     Symbol(VIEW, "max_prefill_bs", "PB", "max of max_prefill_bs over the counted rows"),
     Symbol(VIEW, "waiting_queue_len", "WQ", "max of waiting_queue_len over the counted rows"),
-    Symbol(VIEW, "timeout_any", "timeout_any", "some gathered row, of any rank, has timeout_expired = 1 (read by hardened)"),
-    Symbol(VIEW, "mrr_max", "mrr_max", "max of max_running_requests over all gathered rows (read by hardened)"),
+    Symbol(VIEW, "timeout_any", "timeout_any", "some counted row has timeout_expired = 1 (read with gathered-timeout)"),
+    Symbol(VIEW, "mrr_max", "mrr_max", "max of max_running_requests over all gathered rows (read with gathered-max-running-requests)"),
     # this rank's extended state and local readings (spec.view.Local)
     Symbol(LOCAL, "waiting", "waiting", "a wait is in progress (control state delaying)"),
     Symbol(LOCAL, "delayed_count", "delayed_count", "consecutive delays so far in the current wait (0 when none)"),
@@ -44,6 +44,8 @@ SYMBOLS: tuple[Symbol, ...] = (
     Symbol(CONFIG, "enable_dp_attention", "enable_dp_attention", "DP attention is on", flag=True),
     Symbol(CONFIG, "watermark_on", "watermark_on", "token_usage_low_watermark is set", flag=True),
     Symbol(CONFIG, "queue_on", "queue_on", "queue_min_ratio is set (the queue trigger exists)", flag=True),
+    Symbol(CONFIG, "pmr_on", "prefill_max_requests_set", "prefill_max_requests is set", flag=True),
+    Symbol(CONFIG, "pmr", "prefill_max_requests", "prefill_max_requests (SGLang's admission cap per prefill batch)"),
     Symbol(CONFIG, "watermark", "W", "token_usage_low_watermark"),
     Symbol(CONFIG, "queue_ratio", "R", "queue_min_ratio"),
     Symbol(CONFIG, "max_delay_passes", "max_delay_passes", "max_delay_passes"),

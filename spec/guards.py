@@ -5,8 +5,8 @@ Each guard is a small pure function ``g(o, c, v, s)`` over
 - ``c``: the configuration (``Config``, or its symbolic twin in the proofs),
 - ``v``: the gathered view (``View``),
 - ``s``: this rank's extended state and local readings (``Local``).
-Structural choices (profile, queue trigger on/off, DP attention) are plain
-Python ``if``s on the configuration; everything that depends on a pass is
+Structural choices (the profile's features, queue trigger on/off, DP
+attention) are plain Python ``if``s on the configuration; everything that depends on a pass is
 written with ``o`` so it evaluates on Python values and builds Z3 terms alike.
 The transition table (``table.py``) names these functions; the FSM, the
 proofs and the docs all read them from there.
@@ -15,6 +15,8 @@ proofs and the docs all read them from there.
 from __future__ import annotations
 
 from typing import Any
+
+from .profiles import GATHERED_MRR, GATHERED_TIMEOUT, QUEUE_CAPACITY, SKIP_SLOT_ONLY, has
 
 # ----- local (per-rank) guards: computed before the gather -----------------
 
@@ -61,8 +63,8 @@ def below_cap(o: Any, c: Any, v: Any, s: Any) -> Any:
 
 
 def effective_max_running_requests(o: Any, c: Any, v: Any, s: Any) -> Any:
-    """The seed reads its local argument; hardened reads the gathered maximum."""
-    mrr = v.mrr_max if c.hardened else s.mrr
+    """This rank's own argument, or the gathered maximum (gathered-max-running-requests)."""
+    mrr = v.mrr_max if has(c, GATHERED_MRR) else s.mrr
     return mrr if c.enable_dp_attention else o.ceil_div(mrr, c.dp_size)
 
 
@@ -71,14 +73,21 @@ def slot_trigger(o: Any, c: Any, v: Any, s: Any) -> Any:
     return effective_max_running_requests(o, c, v, s) - v.running_batch < v.max_prefill_bs
 
 
+def queue_capacity(o: Any, c: Any, v: Any, s: Any) -> Any:
+    """The cap on the queue target: the gathered PB, or prefill_max_requests when set (queue-capacity)."""
+    if has(c, QUEUE_CAPACITY) and c.pmr_on:
+        return c.pmr
+    return v.max_prefill_bs
+
+
 def queue_min(o: Any, c: Any, v: Any, s: Any) -> Any:
-    """The queue length worth waiting for: min(int(RB * ratio), PB)."""
-    return o.Min(o.floor_mul(v.running_batch, c.queue_ratio), v.max_prefill_bs)
+    """The queue length worth waiting for: min(int(RB * ratio), queue_capacity)."""
+    return o.Min(o.floor_mul(v.running_batch, c.queue_ratio), queue_capacity(o, c, v, s))
 
 
 def queue_timed_out(o: Any, c: Any, v: Any, s: Any) -> Any:
-    """The queue wait hit max_delay_ms: this rank's clock (seed) or any gathered rank's (hardened)."""
-    return v.timeout_any if c.hardened else wait_expired(o, c, s)
+    """The queue wait hit max_delay_ms: on this rank's clock, or on some counted rank's (gathered-timeout)."""
+    return v.timeout_any if has(c, GATHERED_TIMEOUT) else wait_expired(o, c, s)
 
 
 def queue_trigger(o: Any, c: Any, v: Any, s: Any) -> Any:
@@ -95,9 +104,9 @@ def queue_trigger(o: Any, c: Any, v: Any, s: Any) -> Any:
 
 
 def skip_consumed(o: Any, c: Any, v: Any, s: Any) -> Any:
-    """This pass uses up the one-shot skip (seed: either trigger; hardened: slot only)."""
+    """This pass uses up the one-shot skip: either trigger, or the slot trigger only (skip-slot-only)."""
     absorbing = slot_trigger(o, c, v, s)
-    if not c.hardened:
+    if not has(c, SKIP_SLOT_ONLY):
         absorbing = o.Or(absorbing, queue_trigger(o, c, v, s))
     return o.And(s.skip_first_armed, absorbing)
 
@@ -105,7 +114,7 @@ def skip_consumed(o: Any, c: Any, v: Any, s: Any) -> Any:
 def delay_wanted(o: Any, c: Any, v: Any, s: Any) -> Any:
     """A trigger holds and is not absorbed by the one-shot skip."""
     slot, queue = slot_trigger(o, c, v, s), queue_trigger(o, c, v, s)
-    if c.hardened:
+    if has(c, SKIP_SLOT_ONLY):
         return o.Or(o.And(slot, o.Not(s.skip_first_armed)), queue)
     return o.And(o.Or(slot, queue), o.Not(s.skip_first_armed))
 

@@ -1,4 +1,4 @@
-"""The transition table (DESIGN §4) for both profiles, as data.
+"""The transition table of every profile, as data.
 
 A row names its guards (functions of ``guards``, each possibly negated); the
 row fires when all hold. For every source state the rows of ``negotiate`` are
@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional
 
 from . import guards
 from .ops import PY
+from .profiles import ALL_BRANCH_CAP, features_of, resolve_profile
 
 IDLE, DELAYING, RELEASED = "idle", "delaying", "released"
 STATES = (IDLE, DELAYING, RELEASED)
@@ -97,10 +98,9 @@ class Table(tuple):
 
 
 def build_table(profile: str) -> Table:
-    """All transitions of ``profile`` ("seed" | "hardened"), guards resolved now."""
-    if profile not in ("seed", "hardened"):
-        raise ValueError(f"unknown profile {profile!r}")
-    hardened = profile == "hardened"
+    """All transitions of ``profile`` (any name ``spec.profiles.resolve_profile`` takes), guards resolved now."""
+    profile = resolve_profile(profile)
+    capped = ALL_BRANCH_CAP in features_of(profile)
     rows: list[Transition] = []
     for src in (IDLE, DELAYING):
         released_reason = "wait_success" if src == DELAYING else "no_wait"
@@ -111,7 +111,7 @@ def build_table(profile: str) -> Table:
             Transition(f"{src}_mixed_timeout", NEGOTIATE, src, RELEASED, _lits("status_mixed", "!exists_force", "!below_cap"), "wait_timeout", CLEAR),
         ]
         all_delay = ("status_all", "!exists_force", "delay_wanted")
-        if hardened:
+        if capped:
             rows += [
                 Transition(f"{src}_all_delay", NEGOTIATE, src, DELAYING, _lits(*all_delay, "below_cap"), "delay", BUMP, CONSUME_SKIP),
                 Transition(f"{src}_all_timeout", NEGOTIATE, src, RELEASED, _lits(*all_delay, "!below_cap"), "wait_timeout", CLEAR, CONSUME_SKIP),

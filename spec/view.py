@@ -7,9 +7,10 @@ from typing import Any, NamedTuple, Sequence
 from . import guards
 from .inputs import PassInput
 
-# One rank's row of the all-gather, in order. The seed's five fields come
-# first; the hardened profile reads the next two; the last two let every rank
-# detect a peer with a bad input or a different configuration.
+# One rank's row of the all-gather, in order, the same in every profile. The
+# seed's five fields come first; gathered-timeout and gathered-max-running-requests
+# read the next two; the last two let every rank detect a peer with a bad input
+# or a different configuration.
 ROW_FIELDS = (
     "prefillable",
     "force",
@@ -26,7 +27,7 @@ F_PREFILLABLE, F_FORCE, F_RB, F_PB, F_WQ, F_TIMEOUT, F_MRR, F_ERROR, F_FINGERPRI
 
 
 class View(NamedTuple):
-    """The aggregates the decision reads, over the counted rows (attn-TP rank 0 of each DP group)."""
+    """The aggregates the decision reads, over the counted rows (the first rank of each DP group)."""
 
     n: Any  # counted rows (dp_size with DP attention, else 1)
     num_prefillable: Any
@@ -34,8 +35,8 @@ class View(NamedTuple):
     running_batch: Any  # max over counted rows
     max_prefill_bs: Any  # max
     waiting_queue_len: Any  # max
-    timeout_any: Any  # some gathered row's wait expired (hardened reads it)
-    mrr_max: Any  # max of max_running_requests over all gathered rows (hardened)
+    timeout_any: Any  # some counted row's wait expired (gathered-timeout reads it)
+    mrr_max: Any  # max of max_running_requests over all gathered rows (gathered-max-running-requests)
 
 
 class Local(NamedTuple):
@@ -67,8 +68,8 @@ def local_row(o: Any, c: Any, inp: PassInput, s: Local) -> list[Any]:
 
 
 def counted_rows(c: Any, rows: Sequence[Sequence[Any]]) -> Sequence[Sequence[Any]]:
-    """Attn-TP rank 0's row of each DP group, from all rows in global rank order."""
-    return rows[:: c.attn_tp_size][: c.dp_dim]
+    """The first row of each DP group (attn_cp x attn_tp ranks, DP-major), from all rows in global rank order."""
+    return rows[:: c.group_size][: c.dp_dim]
 
 
 def gathered_view(o: Any, c: Any, rows: Sequence[Sequence[Any]]) -> View:
@@ -81,8 +82,9 @@ def gathered_view(o: Any, c: Any, rows: Sequence[Sequence[Any]]) -> View:
         running_batch=o.MaxOf([r[F_RB] for r in counted]),
         max_prefill_bs=o.MaxOf([r[F_PB] for r in counted]),
         waiting_queue_len=o.MaxOf([r[F_WQ] for r in counted]),
-        # Hardened reads these two over *all* gathered rows (DESIGN §3).
-        timeout_any=o.SumOf(r[F_TIMEOUT] for r in rows) > 0,
+        # As SGLang 0.5.22 reads its gathered flag: the max over the counted rows.
+        timeout_any=o.SumOf(r[F_TIMEOUT] for r in counted) > 0,
+        # Ours (gathered-max-running-requests): every gathered row, so no rank's value is lost.
         mrr_max=o.MaxOf([r[F_MRR] for r in rows]),
     )
 

@@ -1,11 +1,12 @@
 """An independent reference model of one pass of the prefill delayer, on every rank.
 
-Written as plain nested conditionals straight from DESIGN.md §2 (the seed's
-semantics, restated) and §3 (the hardened profile), mirroring the seed's code
-(``PrefillDelayer._negotiate_should_allow_prefill_pure``) line by line where it
-can. It deliberately does NOT import ``spec.guards``, ``spec.table``,
-``spec.view`` or ``spec.ops``: the FSM is built from those, and this model is
-what the FSM is compared against. Only ``Config`` is read, for its parameters.
+Written as plain nested conditionals from the released code
+(``PrefillDelayer._negotiate_should_allow_prefill_pure`` of SGLang 0.5.14 ...
+0.5.23) line by line where it can, plus our two fixes, each switched by the
+profile's feature id. It deliberately does NOT import ``spec.guards``,
+``spec.table``, ``spec.view`` or ``spec.ops``: the FSM is built from those, and
+this model is what the FSM is compared against. Only ``Config`` (its parameters
+and its profile's feature ids) is read.
 
 A rank's state is the seed's: ``wait`` is ``None`` (no wait in progress) or
 ``(delayed_count, start_time)``, plus the one-shot ``skip_first_delayer``.
@@ -52,12 +53,13 @@ def _max_delay_ms(config) -> float:
 
 def reference_pass(config, ranks: Sequence[RankInput], states: Sequence[RefState]) -> list[RefOutcome]:
     """One pass on every rank of the gather (``ranks`` in global rank order)."""
-    hardened = config.profile == "hardened"
+    feats = config.features
     if config.enable_dp_attention:
         dp_dim = config.dp_size
     else:
         dp_dim = 1
-    if len(ranks) != dp_dim * config.attn_tp_size or len(states) != len(ranks):
+    per_group = config.attn_cp_size * config.attn_tp_size
+    if len(ranks) != dp_dim * per_group or len(states) != len(ranks):
         raise ValueError("one input and one state per rank of the gather")
     watermark = config.token_usage_low_watermark
     max_ms = _max_delay_ms(config)
@@ -86,10 +88,10 @@ def reference_pass(config, ranks: Sequence[RankInput], states: Sequence[RefState
             }
         )
 
-    # --- the seed reads the (dp_dim, attn_tp_size, 5) table's [:, 0, :] ------
+    # --- the releases read the (dp_dim, [attn_cp_size *] attn_tp_size, 5|6) table's [:, 0, :]
     tp0 = []
     for dp in range(dp_dim):
-        tp0.append(sent[dp * config.attn_tp_size + 0])
+        tp0.append(sent[dp * per_group + 0])
 
     min_prefillable = min(r["prefillable"] for r in tp0)
     max_prefillable = max(r["prefillable"] for r in tp0)
@@ -105,25 +107,26 @@ def reference_pass(config, ranks: Sequence[RankInput], states: Sequence[RefState
     rb_max = max(r["rb"] for r in tp0)
     pb_max = max(r["pb"] for r in tp0)
     wq_max = max(r["wq"] for r in tp0)
-    # hardened: over ALL gathered rows, not only attn-TP rank 0's
+    # 0.5.22: tp0_info[:, 5].max() > 0, over the counted rows only
     any_expired = False
-    for r in sent:
+    for r in tp0:
         if r["expired"]:
             any_expired = True
+    # ours: over ALL gathered rows
     gathered_mrr_max = max(r["mrr"] for r in sent)
 
     outcomes = []
     for inp, st in zip(ranks, states):
         outcomes.append(
             _decide(
-                config, hardened, max_ms, inp, st, status, any_force, num_prefillable, num_force,
+                config, feats, max_ms, inp, st, status, any_force, num_prefillable, num_force,
                 rb_max, pb_max, wq_max, any_expired, gathered_mrr_max,
             )
         )
     return outcomes
 
 
-def _decide(config, hardened, max_ms, inp, st, status, any_force, num_prefillable, num_force,
+def _decide(config, feats, max_ms, inp, st, status, any_force, num_prefillable, num_force,
             rb_max, pb_max, wq_max, any_expired, gathered_mrr_max) -> RefOutcome:
     now = inp.now
     prev = st.wait
@@ -151,7 +154,7 @@ def _decide(config, hardened, max_ms, inp, st, status, any_force, num_prefillabl
         if any_force:
             return release("token_watermark", skip)
 
-        if hardened:
+        if "gathered-max-running-requests" in feats:
             mrr = gathered_mrr_max
         else:
             mrr = inp.max_running_requests
@@ -160,10 +163,13 @@ def _decide(config, hardened, max_ms, inp, st, status, any_force, num_prefillabl
 
         queue = False
         if config.queue_min_ratio is not None and rb_max > 0:
-            q = min(int(rb_max * config.queue_min_ratio), pb_max)
+            capacity = pb_max
+            if "queue-capacity" in feats and config.prefill_max_requests is not None:
+                capacity = config.prefill_max_requests
+            q = min(int(rb_max * config.queue_min_ratio), capacity)
             queue = q > 0 and wq_max < q
             if queue:
-                if hardened:
+                if "gathered-timeout" in feats:
                     if any_expired:
                         queue = False
                 else:
@@ -173,23 +179,27 @@ def _decide(config, hardened, max_ms, inp, st, status, any_force, num_prefillabl
 
         slot = mrr - rb_max < pb_max
 
-        if hardened:
+        if "skip-slot-only" in feats:
             if slot and skip:
                 # the one-shot skip absorbs the slot trigger only
                 skip = False
                 slot = False
+            held = slot or queue
+        else:
+            held = False
             if slot or queue:
+                if skip:
+                    skip = False
+                else:
+                    held = True
+        if held:
+            if "all-branch-cap" in feats:
                 delayed = prev[0] if prev is not None else 0
                 if delayed < config.max_delay_passes - 1:
                     return delay(skip)
                 else:
                     return release("wait_timeout", skip)
-        else:
-            if slot or queue:
-                if skip:
-                    skip = False
-                else:
-                    return delay(skip)
+            return delay(skip)
 
         if prev is not None:
             return release("wait_success", skip)

@@ -14,14 +14,16 @@ from prefill_delayer.spec.inputs import INPUT_FIELDS, MAX_COUNT, input_problems,
 NAN, INF = float("nan"), float("inf")
 
 BAD_CONFIG = {
-    "max_delay_passes": [-1, -30, 1.5, 2.0, True, False, "3", None, NAN],
+    "max_delay_passes": [-1, -30, 1.5, 2.0, True, False, "3", None, NAN, 2**31, 2**70],
     "token_usage_low_watermark": [NAN, INF, -INF, -0.1, -1, 1.0000001, 2, True, False, "0.5"],
     "queue_min_ratio": [0, 0.0, -0.0, -0.5, NAN, INF, -INF, MAX_QUEUE_MIN_RATIO * 2, 1e300, True, "0.5"],
     "max_delay_ms": [0, 0.0, -1, -0.001, NAN, INF, -INF, True, "5000"],
-    "dp_size": [0, -1, 1.0, 2.0, True, None, "2"],
-    "attn_tp_size": [0, -2, 1.0, 1.5, False, None, "1"],
+    "dp_size": [0, -1, 1.0, 2.0, True, None, "2", 10**20, 2**16 + 1],
+    "attn_tp_size": [0, -2, 1.0, 1.5, False, None, "1", 2**70],
     "enable_dp_attention": [1, 0, 1.0, "true", "False", None],
-    "profile": ["Seed", "HARDENED", "", "strict", None, 1],
+    "profile": ["Seed", "HARDENED", "", "strict", None, 1, "sglang-0.5.13", "sglang-0.5.24", "sglang-", "0.5.16"],
+    "prefill_max_requests": [0, -1, 1.0, True, "8", 2**31, 10**20],
+    "attn_cp_size": [0, -1, 1.0, True, None, "2", 2**17],
 }
 
 GOOD_CONFIG = {
@@ -32,7 +34,9 @@ GOOD_CONFIG = {
     "dp_size": [1, 2, 64],
     "attn_tp_size": [1, 8],
     "enable_dp_attention": [True, False],
-    "profile": ["seed", "hardened"],
+    "profile": ["seed", "sglang-0.5.17", "sglang-0.5.19", "sglang-0.5.22", "hardened"],
+    "prefill_max_requests": [None, 1, 8, 2**31 - 1],
+    "attn_cp_size": [1],
 }
 
 
@@ -124,6 +128,8 @@ ONE_FIELD_CHANGES = {
     "attn_tp_size": 1,
     "enable_dp_attention": False,
     "profile": "seed",
+    "prefill_max_requests": 16,
+    "attn_cp_size": 2,
 }
 
 
@@ -204,3 +210,35 @@ def test_every_bad_field_is_named_at_once():
     assert [f for f, _ in input_problems(inp)] == list(INPUT_FIELDS)
     assert problems_mask(input_problems(inp)) == 2 ** len(INPUT_FIELDS) - 1
     assert math.isnan(inp.token_usage)  # the input itself is untouched
+
+
+# ----- release profiles --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "release, profile",
+    [("0.5.14", "seed"), ("0.5.16", "seed"), ("0.5.17", "sglang-0.5.17"), ("0.5.18", "sglang-0.5.17"),
+     ("0.5.19", "sglang-0.5.19"), ("0.5.21", "sglang-0.5.19"), ("0.5.22", "sglang-0.5.22"), ("0.5.23", "sglang-0.5.22")],
+)
+def test_every_release_resolves_to_its_profile(release, profile):
+    assert Config(profile=f"sglang-{release}").profile == profile
+
+
+def test_unknown_release_lists_the_known_ones():
+    with pytest.raises(ConfigError) as info:
+        Config(profile="sglang-0.5.24")
+    for name in ("seed", "sglang-0.5.17", "sglang-0.5.22", "hardened", "0.5.14", "0.5.23"):
+        assert name in str(info.value)
+
+
+@pytest.mark.parametrize("profile", ["seed", "sglang-0.5.17", "sglang-0.5.21"])
+def test_attn_cp_needs_a_release_that_has_it(profile):
+    with pytest.raises(ConfigError, match="attn_cp_size=2"):
+        Config(profile=profile, attn_cp_size=2)
+    assert Config(profile="sglang-0.5.22", attn_cp_size=2).world_size == 2
+
+
+def test_world_size_is_bounded_over_the_whole_layout():
+    with pytest.raises(ConfigError, match="ranks in the gather"):
+        Config(dp_size=2**10, attn_tp_size=2**7, enable_dp_attention=True)
+    assert Config(dp_size=2**10, attn_tp_size=2**7).world_size == 2**7  # without DP attention one DP group gathers
