@@ -69,14 +69,14 @@ def check_layout(fam: Family, dp_attn: bool, dp_dim: int, tp: int, timeout_ms: i
         _is_max(view.running_batch, [k[2] for k in counted]),
         _is_max(view.max_prefill_bs, [k[3] for k in counted]),
         _is_max(view.waiting_queue_len, [k[4] for k in counted]),
-        view.timeout_any == z3.Or(*[reference_timeout_flag(c, k[6], k[7], k[8]) for k in ranks]),
+        view.timeout_any == z3.Or(*[reference_timeout_flag(c, k[6], k[7], k[8]) for k in counted]),
         _is_max(view.mrr_max, [k[5] for k in ranks]),
     )
     # (a) the abstract domain the single-step proofs assume, instantiated on this view.
     assumed = z3.And(*view_domain(view._replace(n=z3.IntVal(view.n)), c))
-    status, model = _solve(dom + o.side + [z3.Not(z3.And(expected, assumed))], timeout_ms)
+    status, model, why = _solve(dom + o.side + [z3.Not(z3.And(expected, assumed))], timeout_ms)
     label = f"{'dp-attn' if dp_attn else 'tp-only'} dp={dp_dim} tp={tp}"
-    return Check(status, label, model=model)
+    return Check(status, label, model=model, why=why)
 
 
 def check_layout_complete(fam: Family, dp_attn: bool, dp_dim: int, tp: int, timeout_ms: int) -> Check:
@@ -85,7 +85,7 @@ def check_layout_complete(fam: Family, dp_attn: bool, dp_dim: int, tp: int, time
     The rows are a witness built from the abstract view: counted rank g is
     prefillable iff g < num_prefillable and below the watermark iff
     g < num_force; every rank reports the maxima; every rank's wait has
-    expired iff timeout_any. The spec's ``local_row`` and ``gathered_view``
+    expired iff timeout_any (only the counted ranks' flags are read). The spec's ``local_row`` and ``gathered_view``
     then give back exactly the abstract view.
     """
     o = Z3Ops()
@@ -103,8 +103,8 @@ def check_layout_complete(fam: Family, dp_attn: bool, dp_dim: int, tp: int, time
         rows.append(local_row(o, c, inp, local) + [0, 0])
     view = gathered_view(o, c, rows)
     same = z3.And(*[a == b for a, b in zip(view, abstract)])
-    status, model = _solve(c.domain() + adom + o.side + [z3.Not(same)], timeout_ms)
-    return Check(status, f"complete {'dp-attn' if dp_attn else 'tp-only'} dp={dp_dim} tp={tp}", model=model)
+    status, model, why = _solve(c.domain() + adom + o.side + [z3.Not(same)], timeout_ms)
+    return Check(status, f"complete {'dp-attn' if dp_attn else 'tp-only'} dp={dp_dim} tp={tp}", model=model, why=why)
 
 
 def check_aggregate_view(fam: Family, timeout_ms: int) -> Check:

@@ -18,7 +18,7 @@ import z3
 from ..spec.inputs import PassInput
 from ..spec.table import REASONS, Table
 from ..spec.view import gathered_view, local_row
-from .model import Family, Outcome, SymState, encode_pass
+from .model import SOLVER_TACTIC, Family, Outcome, SymState, encode_pass
 from .z3ops import Z3Ops
 
 RANKS = 2
@@ -37,6 +37,7 @@ class Unrolling:
         self.ms = z3.Int("max_delay_ms_int")
         self.wm = z3.Int("watermark_1024")
         self.assertions: list = [
+            *c.domain(),
             c.max_delay_passes >= 2,  # a bound of 0 would make the example degenerate
             c.max_delay_passes <= 10,
             self.ms >= 1,
@@ -46,6 +47,8 @@ class Unrolling:
             self.wm <= TU_SCALE,
             c.watermark == z3.ToReal(self.wm) / TU_SCALE,
         ]
+        if c.pmr_on:
+            self.assertions.append(c.pmr <= SMALL)
         self.inputs: list[list[dict[str, Any]]] = []
         self.outs: list[list[Outcome]] = []
         states = [SymState.initial() for _ in range(RANKS)]
@@ -98,16 +101,37 @@ def ranks_disagree(u: Unrolling) -> Any:
     return z3.Or(*[z3.Not(outs[0].decision_eq(outs[r])) for outs in u.outs for r in range(1, RANKS)])
 
 
+def window(u: Unrolling) -> Any:
+    """max(max_delay_passes, 1): the joint-progress window."""
+    return z3.If(u.c.max_delay_passes >= 1, u.c.max_delay_passes, 1)
+
+
+def no_joint_progress(u: Unrolling) -> Any:
+    """Some window of ``window(u)`` consecutive passes has a delaying rank on every pass."""
+    k = len(u.outs)
+    some_delay = [z3.Or(*[z3.Not(out.allow) for out in outs]) for outs in u.outs]
+    w = window(u)
+    starts = []
+    for i in range(k):
+        inside = [z3.Implies(j < i + w, some_delay[j]) for j in range(i, k)]
+        starts.append(z3.And(i + w <= k, *inside))
+    return z3.Or(*starts)
+
+
 def same_local_args(u: Unrolling) -> Any:
     """Ranks pass the same max_running_requests: only their clocks differ."""
     return z3.And(*[ins[0]["max_running_requests"] == ins[r]["max_running_requests"] for ins in u.inputs for r in range(1, RANKS)])
 
 
 def shortest(fam: Family, table: Table, violation: Violation, extra: Optional[Violation] = None, timeout_ms: int = 20000, max_passes: int = MAX_PASSES) -> tuple[str, Optional[dict]]:
-    """The shortest run from fresh delayers that shows ``violation``: ("refuted", trace) or ("unknown", None)."""
+    """The shortest run from fresh delayers that shows ``violation``.
+
+    ("refuted", trace); ("none", None) when no run of up to ``max_passes`` shows it;
+    ("timeout", None) or ("unknown", None) when the solver could not decide.
+    """
     for k in range(1, max_passes + 1):
         u = Unrolling(fam, table, k)
-        s = z3.Solver()
+        s = z3.Then(*SOLVER_TACTIC).solver()
         s.set("timeout", timeout_ms)
         s.add(*u.assertions)
         if extra is not None:
@@ -117,8 +141,16 @@ def shortest(fam: Family, table: Table, violation: Violation, extra: Optional[Vi
         if r == z3.sat:
             return "refuted", concretize(u, _readable(u, s.assertions(), timeout_ms) or s.model())
         if r != z3.unsat:
-            return "unknown", None
-    return "unknown", None
+            return ("timeout" if s.reason_unknown() in ("timeout", "canceled") else "unknown"), None
+    return "none", None
+
+
+def all_of(*parts: Optional[Violation]) -> Optional[Violation]:
+    """The conjunction of the given restrictions (``None`` ones skipped), or ``None``."""
+    given = [p for p in parts if p is not None]
+    if not given:
+        return None
+    return lambda u: z3.And(*[p(u) for p in given])
 
 
 def _readable(u: Unrolling, assertions: Any, timeout_ms: int) -> Optional[z3.ModelRef]:
@@ -171,6 +203,8 @@ def concretize(u: Unrolling, m: z3.ModelRef) -> dict:
             "token_usage_low_watermark": val(u.wm) / TU_SCALE if val(c.watermark_on) else None,
             "queue_min_ratio": c.queue_ratio if c.queue_on else None,
             "max_delay_ms": float(val(u.ms)),
+            "prefill_max_requests": val(c.pmr) if c.pmr_on else None,
+            "attn_cp_size": 1,
         },
         "passes": passes,
     }

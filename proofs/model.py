@@ -18,6 +18,11 @@ from ..spec.table import DELAYING, IDLE, REASONS, Effect, Table, holds
 from ..spec.view import Local, View
 from .z3ops import Z3Ops
 
+# Substituting the many definitional equalities (fresh max/floor variables, the
+# nested If terms of the table) before the SMT core runs makes these queries
+# several times faster than z3's default solver; answers and models are the same.
+SOLVER_TACTIC = ("simplify", "propagate-values", "solve-eqs", "smt")
+
 CTRL = {IDLE: 0, DELAYING: 1}
 REASON_CODE = {r: i for i, r in enumerate(REASONS)}
 STUCK = -1  # reason code when no row fires (the partition proof rules it out)

@@ -10,6 +10,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from ..spec.config import Config
 from ..spec.hashing import spec_hash
+from ..spec.profiles import PROFILES, resolve_profile
 from ..spec.invariants import BY_ID, CATALOGUE, PROVED, REFUTED, UNKNOWN
 from ..spec.table import Table, build_table
 from . import bmc
@@ -59,13 +60,54 @@ def _combine(statuses: Sequence[str]) -> str:
     return PROVED
 
 
-# Where a single-step refutation must be shown reachable from fresh delayers.
-BMC_SEARCH: dict[str, tuple[Callable, Callable[[Family], bool], Optional[Callable]]] = {
+# Where a single-step refutation must be shown reachable from fresh delayers:
+# the family to unroll, and a first restriction to try (the defect expected),
+# dropped when it finds nothing (then any counterexample will do).
+Search = tuple[Callable, Callable[[Family], bool], Optional[Callable]]
+
+
+def _dp_attn_queue(f: Family) -> bool:
+    return f.enable_dp_attention and f.queue_ratio is not None and not f.pmr_on
+
+
+BMC_SEARCH: dict[str, Search] = {
     # The slot path: no queue trigger needed.
     "bounded-delay": (bmc.too_long_delay, lambda f: f.enable_dp_attention and f.queue_ratio is None, None),
-    # The clock: the queue timeout, ranks passing identical arguments.
-    "agreement": (bmc.ranks_disagree, lambda f: f.enable_dp_attention and f.queue_ratio is not None, bmc.same_local_args),
+    # The clock (ranks passing identical arguments) first; else the local max_running_requests.
+    "agreement": (bmc.ranks_disagree, _dp_attn_queue, bmc.same_local_args),
+    "agreement-equal-args": (bmc.ranks_disagree, _dp_attn_queue, None),
+    # Ranks that parted ways take turns delaying.
+    "joint-progress": (bmc.no_joint_progress, _dp_attn_queue, None),
 }
+# Restrictions that are part of a property's statement: every search keeps them.
+BMC_ALWAYS: dict[str, Callable] = {"agreement-equal-args": bmc.same_local_args}
+
+
+def _unknown_note(checks: Sequence[Any], timeout_ms: int) -> str:
+    """Why some check came back unknown: the per-query timeout, or the solver's own reason."""
+    reasons = sorted({c.why or "no reason given" for c in checks if c.status == UNKNOWN})
+    if not reasons:
+        return ""
+    if all(r in ("timeout", "canceled") for r in reasons):
+        return f"unknown because the solver hit --timeout-ms {timeout_ms}"
+    return "unknown, not a timeout: the solver said " + ", ".join(repr(r) for r in reasons)
+
+
+def _counterexample(prop: str, fams: Sequence[Family], table: Table, timeout_ms: int) -> tuple[str, Optional[dict]]:
+    """The shortest run from fresh delayers showing ``prop``'s violation, or (why not, None)."""
+    violation, pick, first_try = BMC_SEARCH[prop]
+    always = BMC_ALWAYS.get(prop)
+    fam = next(f for f in fams if pick(f))
+    if first_try is bmc.same_local_args and SINGLE_STEP["agreement-equal-args"](fam, table, timeout_ms).status == PROVED:
+        first_try = None  # equal arguments cannot disagree here: go straight to any counterexample
+    outcome = "none"
+    for extra in ([first_try, None] if first_try is not None else [None]):
+        outcome, trace = bmc.shortest(fam, table, violation, bmc.all_of(always, extra), timeout_ms)
+        if trace is not None:
+            return outcome, trace
+        if outcome == "timeout":
+            break
+    return outcome, None
 
 
 def check_property(prop: str, profile: str, table: Table, base: Config, timeout_ms: int) -> Result:
@@ -75,22 +117,22 @@ def check_property(prop: str, profile: str, table: Table, base: Config, timeout_
     if prop == "aggregate-view":
         checks = [check_aggregate_view(fams[0], timeout_ms)]
         status = _combine([c.status for c in checks])
-        return Result(prop, profile, status, expected, time.perf_counter() - t0, 16, checks[0].note)
+        note = "; ".join(x for x in (checks[0].note, _unknown_note(checks, timeout_ms)) if x)
+        return Result(prop, profile, status, expected, time.perf_counter() - t0, 16, note)
     checks = [SINGLE_STEP[prop](f, table, timeout_ms) for f in fams]
     status = _combine([c.status for c in checks])
     failing = [c.family for c in checks if c.status != PROVED]
     note = f"{len(fams)} families" + (f"; fails in {', '.join(failing)}" if failing else "")
+    if status == UNKNOWN:
+        note += "; " + _unknown_note(checks, timeout_ms)
     ranks: Any = "all"
     trace = None
     if status == REFUTED and prop in BMC_SEARCH:
-        violation, pick, extra = BMC_SEARCH[prop]
-        fam = next(f for f in fams if pick(f))
-        _, trace = bmc.shortest(fam, table, violation, extra, timeout_ms)
-        if trace is None and extra is not None:  # not the expected defect: any counterexample will do
-            _, trace = bmc.shortest(fam, table, violation, None, timeout_ms)
+        outcome, trace = _counterexample(prop, fams, table, timeout_ms)
         if trace is None:
             status = UNKNOWN
-            note += f"; no run from fresh delayers shows it within {bmc.MAX_PASSES} passes"
+            why = f"the solver hit --timeout-ms {timeout_ms}" if outcome == "timeout" else f"none within {bmc.MAX_PASSES} passes"
+            note += f"; no run from fresh delayers shows it ({why})"
         else:
             trace = {"property": prop, "profile": profile, **trace}
             trace["violation"] = find_violation(prop, trace["config"], [p["expect"] for p in trace["passes"]]) or "?"
@@ -100,7 +142,7 @@ def check_property(prop: str, profile: str, table: Table, base: Config, timeout_
 
 
 def run_catalogue(
-    profiles: Sequence[str] = ("seed", "hardened"),
+    profiles: Sequence[str] = PROFILES,
     base: Config = PROVE_BASE,
     timeout_ms: int = 20000,
     table_for: Callable[[str], Table] = build_table,
@@ -124,7 +166,7 @@ def run_catalogue(
 
 
 def run_parallel(profiles: Sequence[str], timeout_ms: int, jobs: int, base: Config = PROVE_BASE) -> list[Result]:
-    """One process per profile (Z3 is single-threaded; CI has two cores)."""
+    """Profiles spread over ``jobs`` processes (Z3 is single-threaded; CI has two cores)."""
     if jobs <= 1 or len(profiles) <= 1:
         return run_catalogue(profiles, base, timeout_ms=timeout_ms)
     import multiprocessing as mp
@@ -141,44 +183,54 @@ def _run_one_profile(job: tuple[str, int, Config]) -> list[Result]:
     return run_catalogue((profile,), base, timeout_ms=timeout_ms)
 
 
-def format_table(results: Sequence[Result]) -> str:
-    head = ("property", "profile", "status", "expected", "time", "ranks", "")
-    rows = [head] + [
-        (r.property, r.profile, r.status, r.expected, f"{r.seconds:.2f}s", str(r.ranks), "ok" if r.ok else "MISMATCH")
-        for r in results
-    ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+def format_matrix(results: Sequence[Result]) -> str:
+    """Properties x profiles; each cell the status, with ``!`` and the expected one where they differ."""
+    props = list(dict.fromkeys(r.property for r in results))
+    profs = list(dict.fromkeys(r.profile for r in results))
+    cell = {(r.property, r.profile): r for r in results}
+
+    def text(r: Optional[Result]) -> str:
+        if r is None:
+            return "-"
+        return r.status if r.ok else f"{r.status}! (expected {r.expected})"
+
+    rows = [("property", *profs)] + [(prop, *(text(cell.get((prop, p))) for p in profs)) for prop in props]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
 
+def scope_line(base: Config, total: float, results: Sequence[Result]) -> str:
+    return (
+        f"spec {spec_hash()}; {len(results)} checks in {total:.2f} s wall; numeric parameters symbolic "
+        f"(max_delay_passes >= 0, max_delay_ms > 0, watermark off or in [0, 1], prefill_max_requests unset or >= 1); "
+        f"DP ranks: any number; queue trigger off and at ratio {base.queue_min_ratio!r}; "
+        f"without DP attention dp_size={base.dp_size}"
+    )
+
+
 def main(args: Any) -> int:
-    profiles = tuple(dict.fromkeys(args.profile)) if args.profile else ("seed", "hardened")
+    profiles = tuple(dict.fromkeys(resolve_profile(p) for p in args.profile)) if args.profile else PROFILES
     t0 = time.perf_counter()
-    try:
-        base = PROVE_BASE.replace(queue_min_ratio=args.queue_min_ratio, dp_size=args.dp_size)
-    except ValueError as exc:
-        print(f"prove: {exc}")
-        return 2
+    base = PROVE_BASE.replace(queue_min_ratio=args.queue_min_ratio, dp_size=args.dp_size)
     results = run_parallel(profiles, args.timeout_ms, args.jobs, base)
     total = time.perf_counter() - t0
     if args.traces:
         for r in results:
             if r.trace is not None:
                 r.trace_path = str(write_trace(r.trace, args.traces))
-    print(format_table(results))
-    print(
-        f"\nspec {spec_hash()}; numeric parameters symbolic (max_delay_passes >= 0, max_delay_ms > 0, "
-        f"watermark off or in [0, 1]); DP ranks: any number; queue trigger off and at ratio "
-        f"{base.queue_min_ratio!r}; without DP attention dp_size={base.dp_size}; {total:.2f}s in all"
-    )
+    print(format_matrix(results))
+    print("\n" + scope_line(base, total, results))
     for r in results:
         if r.trace is not None:
             where = f" -> {r.trace_path}" if r.trace_path else ""
             print(f"{r.profile} {r.property}: {r.trace['violation']}{where}")
+    for r in results:
+        if r.status == UNKNOWN:
+            print(f"{r.profile} {r.property}: {r.note}")
     if args.json:
-        report = {"spec_hash": spec_hash(), "results": [r.as_json() for r in results]}
+        report = {"spec_hash": spec_hash(), "seconds": round(total, 3), "results": [r.as_json() for r in results]}
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
     bad = [r for r in results if not r.ok]

@@ -43,7 +43,29 @@ def agreement_violation(config: dict[str, Any], decisions: Decisions) -> Optiona
     return None
 
 
-CHECKS = {"bounded-delay": bounded_delay_violation, "agreement": agreement_violation}
+def joint_progress_violation(config: dict[str, Any], decisions: Decisions) -> Optional[str]:
+    """A window of max(max_delay_passes, 1) passes in which every pass has a delaying rank."""
+    window = max(config["max_delay_passes"], 1)
+    run = 0
+    for i, per_rank in enumerate(decisions):
+        delaying = [r for r, d in enumerate(per_rank) if not d["allow"]]
+        run = run + 1 if delaying else 0
+        if run >= window:
+            start = i - run + 1
+            who = "; ".join(
+                f"pass {j}: rank {', '.join(str(r) for r, d in enumerate(decisions[j]) if not d['allow'])} delays"
+                for j in range(start, i + 1)
+            )
+            return f"passes {start}..{i} ({window} = max(max_delay_passes, 1) in a row) each have a delaying rank ({who})"
+    return None
+
+
+CHECKS = {
+    "bounded-delay": bounded_delay_violation,
+    "agreement": agreement_violation,
+    "agreement-equal-args": agreement_violation,
+    "joint-progress": joint_progress_violation,
+}
 
 
 def find_violation(prop: str, config: dict[str, Any], decisions: Decisions) -> Optional[str]:
