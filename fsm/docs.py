@@ -15,7 +15,7 @@ The picture (``transitions.svg``) is rendered from the same machines by
 ``transitions``' Graphviz extension through pygraphviz. Graphviz output depends
 on the Graphviz build and the fonts of the machine, so ``--check`` does not
 compare it byte for byte: it compares the Markdown exactly (which contains the
-Mermaid text of both machines) and requires the SVG to carry the sha256 of that
+Mermaid text of every machine) and requires the SVG to carry the sha256 of that
 Mermaid text, which ``docs`` writes into it as a comment when it renders.
 """
 
@@ -82,8 +82,22 @@ def edge_label(row: table.Transition) -> str:
     return f"{row.event} / {d}" if d else row.event
 
 
-def build_machine(profile: str, graph_engine: str) -> GraphMachine:
-    """The profile's transitions machine, built by ``add_table`` as the runtime's is, with diagram support."""
+def diagram_groups() -> list[tuple[str, ...]]:
+    """The profiles grouped by identical transition tables (same rows, guard names, reasons, effects):
+    one diagram each, since a diagram shows exactly that."""
+    groups: dict[tuple, list[str]] = {}
+    for p in config_module.PROFILES:
+        groups.setdefault(tuple(table.build_table(p)), []).append(p)
+    return [tuple(g) for g in groups.values()]
+
+
+def _title(group: tuple[str, ...]) -> str:
+    return ("profile " if len(group) == 1 else "profiles ") + ", ".join(group)
+
+
+def build_machine(group: tuple[str, ...], graph_engine: str) -> GraphMachine:
+    """The group's transitions machine, built by ``add_table`` as the runtime's is, with diagram support."""
+    profile = group[0]
     rows = table.build_table(profile)
     machine = GraphMachine(
         states=list(table.STATES),
@@ -92,34 +106,34 @@ def build_machine(profile: str, graph_engine: str) -> GraphMachine:
         show_conditions=True,  # guards on the edges: add_table names each condition by its guard text
         graph_engine=graph_engine,
         # transitions writes the title as Mermaid front matter; "title: ..." makes it valid YAML.
-        title=f"title: prefill-delayer FSM, {profile} profile" if graph_engine == "mermaid" else f"{profile} profile",
+        title=f"title: prefill-delayer FSM, {_title(group)}" if graph_engine == "mermaid" else _title(group),
     )
     add_table(_Labelled(machine, rows), config_module.Config(profile=profile), rows)  # type: ignore[arg-type]
     return machine
 
 
-def mermaid(profile: str) -> str:
-    """The Mermaid ``stateDiagram-v2`` text ``transitions`` emits for the profile's machine."""
-    text = build_machine(profile, "mermaid").get_graph().source
+def mermaid(group: tuple[str, ...]) -> str:
+    """The Mermaid ``stateDiagram-v2`` text ``transitions`` emits for the group's machine."""
+    text = build_machine(group, "mermaid").get_graph().source
     # transitions indents blank lines; trailing blanks would not survive editors that strip them.
     return "\n".join(line.rstrip() for line in text.splitlines())
 
 
 def diagram_digest() -> str:
-    """sha256 of both profiles' Mermaid text: the stamp the picture must carry."""
-    text = "\n".join(mermaid(p) for p in config_module.PROFILES)
+    """sha256 of every diagram's Mermaid text: the stamp the picture must carry."""
+    text = "\n".join(mermaid(g) for g in diagram_groups())
     return hashlib.sha256(text.encode()).hexdigest()
 
 
 def picture_graph() -> Any:
-    """Both profiles' machines as one pygraphviz graph, from transitions' Graphviz extension."""
+    """Every distinct machine as one pygraphviz graph, from transitions' Graphviz extension."""
     try:
         import pygraphviz as pgv
     except ImportError as exc:  # transitions would silently fall back to another engine
         raise DocsError(
             f"rendering {PICTURE_NAME} needs pygraphviz: pip install 'prefill-delayer[docs]' ({exc})"
         ) from exc
-    graphs = [(p, build_machine(p, "pygraphviz").get_graph()) for p in config_module.PROFILES]
+    graphs = [(g, build_machine(g, "pygraphviz").get_graph()) for g in diagram_groups()]
     top = pgv.AGraph(directed=True, strict=False, rankdir="TB")
     # Defaults first: nodes added before a default is declared do not pick it up.
     top.node_attr.update({k: v for k, v in graphs[0][1].node_attr.items() if v})
@@ -133,9 +147,10 @@ def picture_graph() -> Any:
     top.node_attr["fontname"] = "Helvetica"
     top.edge_attr.update(fontname="Helvetica", fontsize="10")
     previous = None
-    for profile, graph in graphs:
+    for group, graph in graphs:
+        profile = group[0].replace("-", "_").replace(".", "_")
         sub = top.add_subgraph(
-            name=f"cluster_{profile}", label=f"{profile} profile", labelloc="t", style="rounded", color="gray40", fontname="Helvetica-Bold"
+            name=f"cluster_{profile}", label=_title(group), labelloc="t", style="rounded", color="gray40", fontname="Helvetica-Bold"
         )
         for node in graph.nodes():
             sub.add_node(f"{profile}_{node}", **{k: v for k, v in node.attr.items() if v})
@@ -213,14 +228,29 @@ def row_formula(r: Renderer, row: table.Transition) -> Expr:
     return TEXT.And(*parts)
 
 
+def _pairs() -> list[tuple[str, str]]:
+    """Consecutive profiles, in order: every feature is introduced by one of these steps."""
+    profs = config_module.PROFILES
+    return list(zip(profs, profs[1:]))
+
+
+def feature_step(feature: profiles.Feature) -> tuple[str, str]:
+    """(without, with): the profile before the first one that has ``feature``, and that one."""
+    profs = config_module.PROFILES
+    first = next(i for i, p in enumerate(profs) if feature.id in profiles.features_of(p))
+    return profs[first - 1], profs[first]
+
+
 def profile_differences() -> tuple[list[str], list[str]]:
-    """Guards whose formula differs between the profiles, and transitions that differ, in order."""
-    seed, hardened = Renderer("seed"), Renderer("hardened")
-    guards = [g for g in guard_functions() if seed.tree(g) != hardened.tree(g)]
-    a = {t.name: t for t in table.build_table("seed")}
-    b = {t.name: t for t in table.build_table("hardened")}
-    names = list(a) + [n for n in b if n not in a]
-    rows = [n for n in names if a.get(n) != b.get(n)]
+    """Guards whose formula, and transitions that, differ between consecutive profiles, in order."""
+    renderers = {p: Renderer(p) for p in config_module.PROFILES}
+    tables = {p: {t.name: t for t in table.build_table(p)} for p in config_module.PROFILES}
+    guards: list[str] = []
+    rows: list[str] = []
+    for a, b in _pairs():
+        guards += [g for g in guard_functions() if renderers[a].tree(g) != renderers[b].tree(g) and g not in guards]
+        names = list(tables[a]) + [n for n in tables[b] if n not in tables[a]]
+        rows += [n for n in names if tables[a].get(n) != tables[b].get(n) and n not in rows]
     return guards, rows
 
 
@@ -228,7 +258,131 @@ def _shown_rows(suffix: str, names: Iterable[str]) -> list[str]:
     return [n for n in names if any(n == f"{src}_{suffix}" for src in table.STATES)]
 
 
+def _upstream_links(numbers: Iterable[int]) -> str:
+    return ", ".join(f"[#{n}]({profiles.UPSTREAM_ISSUE_URL.format(n)})" for n in numbers)
+
+
+def _feature_link(feature: profiles.Feature) -> str:
+    return f"[`{feature.id}`](#{feature.id})"
+
+
 # ----- the page ----------------------------------------------------------------
+
+
+def _releases(out: list[str]) -> None:
+    """Release -> profile -> features, and each invariant's verdict per release."""
+    add = out.append
+    add("## SGLang releases")
+    add("")
+    add(
+        "Each SGLang release's `sglang/srt/managers/prefill_delayer.py`, as published on the package registry, "
+        "is one profile of the spec (`spec/profiles.py`); `profile=\"sglang-X\"` resolves to it. The tests run "
+        "every release's own file side by side with its profile. *Features* are the policy changes the profile "
+        "has; `hardened` adds ours."
+    )
+    add("")
+    rows = []
+    for release, name in profiles.RELEASES.items():
+        feats = [f for f in profiles.FEATURES if f.id in profiles.features_of(name)]
+        shown = ", ".join(f"{_feature_link(f)} (since {f.since})" for f in feats) or "none: the seed"
+        links = _upstream_links(n for f in feats for n in f.upstream)
+        rows.append((f"`{release}`", _code(name), shown, links or "—"))
+    ours = [f for f in profiles.FEATURES if f.since is None]
+    rows.append(
+        ("—", _code("hardened"), "every feature above, plus " + ", ".join(_feature_link(f) for f in ours),
+         _upstream_links(n for f in profiles.FEATURES for n in f.upstream))
+    )
+    out += _table(("release", "profile", "features", "upstream"), rows)
+    add("")
+    add(
+        "The verdict of each invariant for each release: the status `prefill-delayer prove` establishes for the "
+        "release's profile (and fails CI if it changes). Every refuted cell comes with a shortest counterexample "
+        "trace that `prefill-delayer replay` reproduces and that the release's own code reproduces too."
+    )
+    add("")
+    releases = list(profiles.RELEASES.items())
+    out += _table(
+        ("invariant", *(r for r, _ in releases), "hardened"),
+        ((_code(inv.id), *(inv.expected[p] for _, p in releases), inv.expected["hardened"]) for inv in invariants.CATALOGUE),
+    )
+    add("")
+
+
+def _features(out: list[str], renderers: dict[str, Renderer], tables: dict[str, Any]) -> None:
+    """Each feature: its words, and the derived formulas and rows without and with it."""
+    add = out.append
+    add("### Features, and why")
+    add("")
+    add(
+        "Each feature below is data in `spec/profiles.py`; the formulas and transitions beside it are derived "
+        "from the guards and the table of the profile just before the first one that has it, and of that profile."
+    )
+    diff_guards, diff_rows = profile_differences()
+    covered_guards: set[str] = set()
+    covered_rows: set[str] = set()
+    all_rows = list(dict.fromkeys(t.name for p in config_module.PROFILES for t in tables[p]))
+    for i, feature in enumerate(profiles.FEATURES, 1):
+        without, with_ = feature_step(feature)
+        add("")
+        add(f'<a id="{feature.id}"></a>')
+        add("")
+        add(f"#### {i}. {feature.topic} (`{feature.id}`)")
+        add("")
+        since = f"SGLang {feature.since}" if feature.since else "ours: in `hardened` only"
+        add(f"Since: {since}.")
+        add("")
+        body: list[tuple[str, ...]] = [("behaviour", feature.before, feature.after)]
+        for name in feature.shows_in:
+            if name in guard_functions():
+                covered_guards.add(name)
+                body.append((f"guard `{name}`", *(tree_md(renderers[p].tree(name)) for p in (without, with_))))
+            for rname in _shown_rows(name, all_rows):
+                covered_rows.add(rname)
+                cells = []
+                for p in (without, with_):
+                    row = next((t for t in tables[p] if t.name == rname), None)
+                    if row is None:
+                        cells.append("*(no such transition)*")
+                    else:
+                        cells.append(f"{_code(row_formula(renderers[p], row).text)} → `{row.dest}`, {decision(row)}")
+                body.append((f"transition `{rname}`", *cells))
+        if feature.invariant in invariants.BY_ID:
+            inv = invariants.BY_ID[feature.invariant]
+            body.append((f"invariant `{inv.id}` (proved / refuted)", *(inv.expected[p] for p in (without, with_))))
+        out += _table(("", f"without (`{without}`)", f"with (`{with_}`)"), body)
+        add("")
+        why = feature.why if feature.why.endswith(".") else feature.why + "."
+        links = _upstream_links(feature.upstream)
+        add(f"Why: {why}" + (f" Upstream: {links}." if links else ""))
+    unexplained = [f"guard `{g}`" for g in diff_guards if g not in covered_guards]
+    unexplained += [f"transition `{r}`" for r in diff_rows if r not in covered_rows]
+    if unexplained:
+        add("")
+        add("#### Other differences (not yet explained in `spec/profiles.py`)")
+        add("")
+        for item in unexplained:
+            add(f"- {item}")
+    add("")
+
+
+def _table_rows(r: Renderer, rows: Iterable[table.Transition]) -> list[tuple[str, ...]]:
+    out = []
+    for t in rows:
+        formula = row_formula(r, t).text if t.lits else "always"
+        out.append(
+            (
+                _code(t.name),
+                _code(t.source),
+                _code(t.event),
+                _code(t.guard_text()),
+                _code(formula),
+                _code(t.dest),
+                "—" if t.reason is None else ("allow" if t.allows else "delay"),
+                "—" if t.reason is None else _code(f'"{t.reason}"'),
+                _effect(t),
+            )
+        )
+    return out
 
 
 def generate() -> str:
@@ -237,6 +391,7 @@ def generate() -> str:
     h = hashing.spec_hash()
     tables = {p: table.build_table(p) for p in profs}
     renderers = {p: Renderer(p) for p in profs}
+    groups = diagram_groups()
     out: list[str] = []
     add = out.append
 
@@ -247,16 +402,17 @@ def generate() -> str:
     add(
         f"Generated from the spec (`spec/`, spec hash `{h}`) and from the `transitions` state machine that "
         "`fsm.machine.add_table` builds from the spec's table. Every state, event, guard, reason, effect, "
-        "invariant and parameter below is read from the code; each guard's formula is obtained by evaluating "
-        "the guard's own definition on symbolic inputs (`fsm/textops.py`). Regenerate with "
+        "invariant, profile, release and parameter below is read from the code; each guard's formula is obtained "
+        "by evaluating the guard's own definition on symbolic inputs (`fsm/textops.py`). Regenerate with "
         "`prefill-delayer docs`; `prefill-delayer docs --check` fails when this page is stale."
     )
     add("")
-    add(f"![The delayer's state machine, seed and hardened profiles]({PICTURE_NAME})")
+    add(f"![The delayer's state machines, one per distinct transition table]({PICTURE_NAME})")
     add("")
     add(
-        f"*`{PICTURE_NAME}`: both profiles' machines drawn by Graphviz through `transitions`' diagram extension "
-        "(pygraphviz). Edges read `event / decision [guards]`; the highlighted state is the initial one.*"
+        f"*`{PICTURE_NAME}`: one machine per distinct transition table ({'; '.join(_title(g) for g in groups)}), "
+        "drawn by Graphviz through `transitions`' diagram extension (pygraphviz). Edges read "
+        "`event / decision [guards]`; the highlighted state is the initial one.*"
     )
     add("")
 
@@ -281,97 +437,51 @@ def generate() -> str:
     add("")
     add(
         'The Mermaid text `transitions` emits itself (`GraphMachine(graph_engine="mermaid")`, `show_conditions=True`) '
-        "for each profile's machine; each edge lists its rows as `event / decision [guards]`, separated by `|`."
+        "for each distinct machine; each edge lists its rows as `event / decision [guards]`, separated by `|`. "
+        "Profiles whose tables have the same rows share a diagram; their guards may still differ (see below)."
     )
-    for p in profs:
+    for g in groups:
         add("")
-        add(f"### {p}")
+        add(f"### {_title(g)}")
         add("")
         add("```mermaid")
-        out += mermaid(p).splitlines()
+        out += mermaid(g).splitlines()
         add("```")
     add("")
 
     # profiles
     add("## Profiles")
     add("")
-    out += _table(("profile", "what it is"), ((_code(p), profiles.PROFILE_SUMMARY.get(p, "")) for p in profs))
-    add("")
-    add("### What `hardened` changes, and why")
-    add("")
-    add(
-        "Each change below is data in `spec/profiles.py`; the formulas and transitions beside it are derived "
-        "from the guards and the table of each profile."
+    out += _table(
+        ("profile", "what it is", "features"),
+        (
+            (
+                _code(p.name),
+                p.summary,
+                ", ".join(_feature_link(f) for f in profiles.FEATURES if f.id in p.features) or "none",
+            )
+            for p in profiles.PROFILE_DEFS
+        ),
     )
-    diff_guards, diff_rows = profile_differences()
-    covered_guards: set[str] = set()
-    covered_rows: set[str] = set()
-    all_rows = list(dict.fromkeys(t.name for p in profs for t in tables[p]))
-    for i, change in enumerate(profiles.PROFILE_CHANGES, 1):
-        add("")
-        add(f"#### {i}. {change.topic} (`{change.id}`)")
-        add("")
-        body: list[tuple[str, ...]] = [("behaviour", change.seed, change.hardened)]
-        for name in change.shows_in:
-            if name in guard_functions():
-                covered_guards.add(name)
-                body.append((f"guard `{name}`", *(tree_md(renderers[p].tree(name)) for p in profs)))
-            for rname in _shown_rows(name, all_rows):
-                covered_rows.add(rname)
-                cells = []
-                for p in profs:
-                    row = next((t for t in tables[p] if t.name == rname), None)
-                    if row is None:
-                        cells.append("*(no such transition)*")
-                    else:
-                        cells.append(f"{_code(row_formula(renderers[p], row).text)} → `{row.dest}`, {decision(row)}")
-                body.append((f"transition `{rname}`", *cells))
-        if change.invariant in invariants.BY_ID:
-            inv = invariants.BY_ID[change.invariant]
-            body.append((f"invariant `{inv.id}` (expected)", *(inv.expected.get(p, "") for p in profs)))
-        out += _table(("", *profs), body)
-        add("")
-        links = ", ".join(f"[#{n}]({profiles.UPSTREAM_ISSUE_URL.format(n)})" for n in change.upstream)
-        why = change.why if change.why.endswith(".") else change.why + "."
-        add(f"Why: {why}" + (f" Upstream: {links}." if links else ""))
-    unexplained = [f"guard `{g}`" for g in diff_guards if g not in covered_guards]
-    unexplained += [f"transition `{r}`" for r in diff_rows if r not in covered_rows]
-    if unexplained:
-        add("")
-        add("#### Other differences (not yet explained in `spec/profiles.py`)")
-        add("")
-        for item in unexplained:
-            add(f"- {item}")
     add("")
+    _features(out, renderers, tables)
+    _releases(out)
 
-    # transition tables
+    # transition tables, one per profile whose rendered rows differ from the previous profile's
     add("## Transition tables")
     add("")
     add(
         "One row per transition of the profile's table. *Guards* are the table's guard names (as on the "
         "diagram's edges); *as a formula* expands each guard one level from its definition (see "
-        "[Guards](#guards)); a row fires when its guards all hold."
+        "[Guards](#guards)); a row fires when its guards all hold. Profiles whose rows read the same share a table."
     )
+    shown: dict[tuple, list[str]] = {}
     for p in profs:
+        shown.setdefault(tuple(_table_rows(renderers[p], tables[p])), []).append(p)
+    for rows, names in shown.items():
         add("")
-        add(f"### {p}")
+        add(f"### {', '.join(names)}")
         add("")
-        rows = []
-        for t in tables[p]:
-            formula = row_formula(renderers[p], t).text if t.lits else "always"
-            rows.append(
-                (
-                    _code(t.name),
-                    _code(t.source),
-                    _code(t.event),
-                    _code(t.guard_text()),
-                    _code(formula),
-                    _code(t.dest),
-                    "—" if t.reason is None else ("allow" if t.allows else "delay"),
-                    "—" if t.reason is None else _code(f'"{t.reason}"'),
-                    _effect(t),
-                )
-            )
         out += _table(("transition", "source", "event", "guards", "as a formula", "destination", "decision", "reason", "effect"), rows)
     add("")
 
@@ -381,7 +491,7 @@ def generate() -> str:
     add(
         "Every function of `spec/guards.py`, rendered by running its definition on symbolic inputs. A call to "
         "another guard shows by that guard's name (or inline when it is a single comparison); `if X:` marks a "
-        "structural configuration switch."
+        "structural configuration switch. *(same)* means: as in the column to its left."
     )
     add("")
     add("### Symbols")
@@ -397,8 +507,8 @@ def generate() -> str:
     g_rows = []
     for name, fn in guard_functions().items():
         cells = [tree_md(renderers[p].tree(name)) for p in profs]
-        shown = [cells[0]] + ["*(same)*" if c == cells[0] else c for c in cells[1:]]
-        g_rows.append((_code(name), _docline(fn), *shown))
+        shown_cells = [cells[0]] + ["*(same)*" if c == prev else c for prev, c in zip(cells, cells[1:])]
+        g_rows.append((_code(name), _docline(fn), *shown_cells))
     out += _table(("guard", "meaning", *profs), g_rows)
     add("")
 
@@ -499,10 +609,10 @@ def check(out_dir: Path) -> int:
 
 
 def main(args: Any) -> int:
-    """``prefill-delayer docs [--check] [--out DIR]``."""
+    """``prefill-delayer docs [--check] [--out DIR]``: exit 2 with one line, not a traceback, when the folder is unusable."""
     try:
         out_dir = Path(args.out) if getattr(args, "out", None) else repo_docs_dir()
         return check(out_dir) if getattr(args, "check", False) else write(out_dir)
-    except DocsError as exc:
+    except (DocsError, OSError, UnicodeDecodeError) as exc:
         print(f"prefill-delayer docs: {exc}", file=sys.stderr)
         return 2

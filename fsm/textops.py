@@ -267,11 +267,15 @@ Tree = Union[Leaf, Case]
 
 
 def guard_functions() -> dict[str, Callable[..., Any]]:
-    """Every public function of ``spec.guards``, in definition order (read now, so patches show)."""
+    """Every public function of ``spec.guards``, in definition order (read now, so patches show),
+    except the helpers it imports from the rest of the spec (``profiles.has``)."""
+    package = guards_module.__name__.rpartition(".")[0]
     return {
         name: fn
         for name, fn in vars(guards_module).items()
-        if not name.startswith("_") and isinstance(fn, types.FunctionType)
+        if not name.startswith("_")
+        and isinstance(fn, types.FunctionType)
+        and (fn.__module__ == guards_module.__name__ or not fn.__module__.startswith(package + "."))
     }
 
 

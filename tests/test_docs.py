@@ -117,8 +117,8 @@ def test_changing_a_reason_changes_the_doc(monkeypatch: pytest.MonkeyPatch, gene
 
 
 def test_changing_profile_data_changes_the_doc(monkeypatch: pytest.MonkeyPatch, generated: str) -> None:
-    first = profiles.PROFILE_CHANGES[0]
-    monkeypatch.setattr(profiles, "PROFILE_CHANGES", (dataclasses.replace(first, why="because."),) + profiles.PROFILE_CHANGES[1:])
+    first = profiles.FEATURES[0]
+    monkeypatch.setattr(profiles, "FEATURES", (dataclasses.replace(first, why="because."),) + profiles.FEATURES[1:])
     changed = docs.generate()
     assert "Why: because." in changed and changed != generated
 
@@ -136,9 +136,17 @@ def _expected_label(t: table.Transition) -> str:
     return f"{head} [{t.guard_text()}]" if t.lits else head
 
 
+def test_every_profile_has_a_diagram_of_its_own_table() -> None:
+    groups = docs.diagram_groups()
+    assert sorted(p for g in groups for p in g) == sorted(config_module.PROFILES)
+    for g in groups:
+        assert all(tuple(table.build_table(p)) == tuple(table.build_table(g[0])) for p in g)
+    assert len({tuple(table.build_table(g[0])) for g in groups}) == len(groups)
+
+
 @pytest.mark.parametrize("profile", config_module.PROFILES)
 def test_mermaid_has_every_state_and_transition(profile: str, generated: str) -> None:
-    text = docs.mermaid(profile)
+    text = docs.mermaid(next(g for g in docs.diagram_groups() if profile in g))
     assert text in generated
     lines = [line.strip() for line in text.splitlines()]
     assert "stateDiagram-v2" in lines
@@ -165,7 +173,8 @@ def test_the_doc_shows_both_profiles_tables(generated: str) -> None:
 
 def test_the_doc_lists_invariants_and_parameters(generated: str) -> None:
     for inv in invariants.CATALOGUE:
-        assert f"| `{inv.id}` | {inv.statement} | {inv.expected['seed']} | {inv.expected['hardened']} |" in generated
+        cells = " | ".join(inv.expected[p] for p in config_module.PROFILES)
+        assert f"| `{inv.id}` | {inv.statement} | {cells} |" in generated
     for p in config_module.PARAMETERS:
         assert f"| `{p.name}` |" in generated and p.valid.replace("|", "\\|") in generated
 
@@ -294,7 +303,7 @@ def test_every_symbol_the_guards_read_is_documented(generated: str) -> None:
 def test_every_profile_difference_is_explained() -> None:
     diff_guards, diff_rows = docs.profile_differences()
     assert diff_guards and diff_rows
-    named = {name for change in profiles.PROFILE_CHANGES for name in change.shows_in}
+    named = {name for change in profiles.FEATURES for name in change.shows_in}
     rows = {t.name for p in config_module.PROFILES for t in table.build_table(p)}
     for g in diff_guards:
         assert g in named, f"guard {g} differs between profiles: explain it in spec/profiles.py"
@@ -302,8 +311,20 @@ def test_every_profile_difference_is_explained() -> None:
         assert r.split("_", 1)[1] in named, f"transition {r} differs between profiles: explain it in spec/profiles.py"
     for name in named:
         assert name in guard_functions() or any(r.split("_", 1)[1] == name for r in rows), name
-    for change in profiles.PROFILE_CHANGES:
+    for change in profiles.FEATURES:
         assert not change.invariant or change.invariant in invariants.BY_ID
+
+
+def test_the_releases_section_maps_every_release(generated: str) -> None:
+    assert "## SGLang releases" in generated
+    for release, profile in profiles.RELEASES.items():
+        assert f"| `{release}` | `{profile}` |" in generated
+    for inv in invariants.CATALOGUE:
+        cells = " | ".join(inv.expected[p] for p in profiles.RELEASES.values())
+        assert f"| `{inv.id}` | {cells} | {inv.expected['hardened']} |" in generated
+    for f in profiles.FEATURES:
+        for n in f.upstream:
+            assert profiles.UPSTREAM_ISSUE_URL.format(n) in generated
 
 
 # ----- the command ---------------------------------------------------------------

@@ -12,6 +12,7 @@ from prefill_delayer.proofs.prove import run_catalogue  # noqa: E402
 from prefill_delayer.proofs.trace import validate_trace  # noqa: E402
 from prefill_delayer.spec import guards  # noqa: E402
 from prefill_delayer.spec.invariants import CATALOGUE  # noqa: E402
+from prefill_delayer.spec.profiles import PROFILES  # noqa: E402
 from prefill_delayer.spec.table import Lit, Table, build_table  # noqa: E402
 
 from guard_mutants import EQUIVALENT, mutants, patched  # noqa: E402
@@ -25,23 +26,29 @@ def results():
 
 
 def test_every_property_has_its_expected_status(results):
-    assert {(r.property, r.profile) for r in results} == {(i.id, p) for i in CATALOGUE for p in ("seed", "hardened")}
+    assert {(r.property, r.profile) for r in results} == {(i.id, p) for i in CATALOGUE for p in PROFILES}
     bad = [(r.property, r.profile, r.status, r.expected) for r in results if not r.ok]
     assert not bad
 
 
-def test_seed_refutations_carry_short_traces(results):
-    refuted = {r.property: r for r in results if r.status == "refuted"}
-    assert set(refuted) == {"bounded-delay", "agreement"}
+def test_every_refuted_cell_carries_a_short_trace(results):
+    refuted = {(r.property, r.profile): r for r in results if r.status == "refuted"}
+    assert set(refuted) == {(i.id, p) for i in CATALOGUE for p in PROFILES if i.expected[p] == "refuted"}
+    assert len(refuted) == 12
     for r in refuted.values():
-        assert r.profile == "seed"
         validate_trace(r.trace)
-        assert 2 <= len(r.trace["passes"]) <= 4
+        assert r.trace["profile"] == r.profile and r.trace["property"] == r.property
+        assert 1 <= len(r.trace["passes"]) <= 4
         assert r.trace["violation"] and r.trace["violation"] != "?"
-    # The agreement counterexample is the clock defect: the ranks pass identical arguments.
-    for p in refuted["agreement"].trace["passes"]:
-        a, b = p["ranks"]
-        assert {k: v for k, v in a.items() if k != "now_s"} == {k: v for k, v in b.items() if k != "now_s"}
+    # Before 0.5.22 agreement fails on the clock alone: the ranks pass identical arguments.
+    for profile in ("seed", "sglang-0.5.17", "sglang-0.5.19"):
+        for prop in ("agreement", "agreement-equal-args"):
+            for p in refuted[(prop, profile)].trace["passes"]:
+                a, b = p["ranks"]
+                assert {k: v for k, v in a.items() if k != "now_s"} == {k: v for k, v in b.items() if k != "now_s"}
+    # From 0.5.22 the clock is gathered: only the local max_running_requests is left to disagree on.
+    passes = refuted[("agreement", "sglang-0.5.22")].trace["passes"]
+    assert any(p["ranks"][0]["max_running_requests"] != p["ranks"][1]["max_running_requests"] for p in passes)
 
 
 def test_cli_prove_writes_report_and_traces(tmp_path):
@@ -53,7 +60,8 @@ def test_cli_prove_writes_report_and_traces(tmp_path):
     assert len(data["spec_hash"]) == 16
     assert {r["status"] for r in data["results"]} <= {"proved", "refuted"}
     paths = [r["trace"] for r in data["results"] if r["trace"]]
-    assert len(paths) == 2 and all((traces / p.split("/")[-1]).exists() for p in paths)
+    assert len(paths) == 12 and all((traces / p.split("/")[-1]).exists() for p in paths)
+    assert data["seconds"] > 0
 
 
 # ----- mutation sensitivity ---------------------------------------------------
@@ -114,7 +122,7 @@ def test_cli_prove_at_another_ratio_and_rejects_a_bad_one(capsys):
     """0.29 is a ratio whose double products round above their exact floor (int(300 * 0.29) == 87)."""
     from prefill_delayer.proofs.cli import main
 
-    assert main(["prove", "--queue-min-ratio", "0.29", "--dp-size", "3", "--jobs", "1"]) == 0
+    assert main(["prove", "--queue-min-ratio", "0.29", "--dp-size", "3", "--jobs", "2"]) == 0
     assert "ratio 0.29" in capsys.readouterr().out
     assert main(["prove", "--queue-min-ratio", "0"]) == 2
-    assert "queue_min_ratio" in capsys.readouterr().out
+    assert "--queue-min-ratio" in capsys.readouterr().err
