@@ -9,7 +9,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
+
+from ..spec.profiles import PROFILES
+from .cli_checks import docs_problem, prove_problem
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,7 +23,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     prove = sub.add_parser("prove", help="prove the invariant catalogue with Z3 (exit 0 iff every property has its expected status)")
-    prove.add_argument("--profile", choices=("seed", "hardened"), action="append", help="profile to check (repeatable; default: both)")
+    prove.add_argument(
+        "--profile",
+        action="append",
+        metavar="NAME",
+        help=f"profile to check: {', '.join(PROFILES)}, or sglang-X for a release X (repeatable; default: all {len(PROFILES)})",
+    )
     prove.add_argument("--json", metavar="PATH", help="write the JSON report here")
     prove.add_argument("--traces", metavar="DIR", help="write counterexample traces into DIR")
     prove.add_argument("--timeout-ms", type=int, default=20000, help="Z3 timeout per query (default 20000)")
@@ -37,15 +45,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.command == "prove":
+def _runner(command: str) -> Callable[[Any], int]:
+    """The subcommand's ``main``, imported only now: ``docs`` needs no z3, ``prove`` no torch."""
+    if command == "prove":
         from .prove import main as run
-    elif args.command == "replay":
+    elif command == "replay":
         from .replay import main as run
     else:
         from ..fsm.docs import main as run
-    return run(args)
+    return run
+
+
+def _problem(args: argparse.Namespace) -> Optional[str]:
+    """The first bad option, found before any work starts (``replay`` checks its trace itself)."""
+    if args.command == "prove":
+        return prove_problem(args)
+    if args.command == "docs":
+        return docs_problem(args)
+    return None
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Exit 2 with one line on stderr for any bad input; argparse does the same for usage errors."""
+    args = build_parser().parse_args(argv)
+    problem = _problem(args)
+    if problem is not None:
+        print(f"prefill-delayer {args.command}: {problem}", file=sys.stderr)
+        return 2
+    try:
+        return _runner(args.command)(args)
+    except OSError as exc:  # e.g. the disk filled up while writing the report: say so, no traceback
+        print(f"prefill-delayer {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -8,16 +8,22 @@ expectations and the recorded violation happens again.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
-from .trace import load_trace
+from .trace import load_trace, validate_trace
 from .violations import find_violation
 
 
 def run_trace(trace: dict[str, Any], profile: str | None = None) -> list[list[dict[str, Any]]]:
-    """Every rank's decision for every pass of ``trace``, from the runtime."""
+    """Every rank's decision for every pass of ``trace``, from the runtime.
+
+    The trace is validated first, so a malformed one is a ``TraceError`` naming
+    the bad entry rather than a failure inside one of the rank threads.
+    """
     from ..runtime import PrefillDelayer, ServerArgs, run_ranks
 
+    validate_trace(trace)
     cfg = trace["config"]
     passes = trace["passes"]
     world = len(passes[0]["ranks"])
@@ -25,6 +31,7 @@ def run_trace(trace: dict[str, Any], profile: str | None = None) -> list[list[di
         enable_dp_attention=cfg["enable_dp_attention"],
         prefill_delayer_queue_min_ratio=cfg["queue_min_ratio"],
         prefill_delayer_max_delay_ms=cfg["max_delay_ms"],
+        prefill_max_requests=cfg["prefill_max_requests"],
     )
 
     def rank_main(rank: int, gather: Any) -> list[dict[str, Any]]:
@@ -39,6 +46,7 @@ def run_trace(trace: dict[str, Any], profile: str | None = None) -> list[list[di
             profile=profile or trace["profile"],
             gather=gather,
             clock=lambda: clock_now[0],
+            attn_cp_size=cfg["attn_cp_size"],
         )
         out = []
         for p in passes:
@@ -82,10 +90,11 @@ def replay(trace: dict[str, Any]) -> tuple[bool, list[str]]:
 
 
 def main(args: Any) -> int:
+    """Exit 0: reproduced; 1: not reproduced; 2: the trace cannot be read (one line on stderr)."""
     try:
         trace = load_trace(args.trace)
-    except (OSError, ValueError) as exc:
-        print(f"cannot read trace {args.trace}: {exc}")
+    except ValueError as exc:
+        print(f"cannot read trace {args.trace}: {exc}", file=sys.stderr)
         return 2
     ok, lines = replay(trace)
     print(f"recorded: {trace['violation']}")

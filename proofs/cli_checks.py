@@ -1,0 +1,124 @@
+"""Checks of ``prove`` and ``docs`` options that argparse cannot make.
+
+They run before any work starts (no proof, no file written), so a typo costs
+a one-line message instead of minutes of Z3 followed by a traceback. Each
+check returns the message, or ``None`` when the value is fine.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+from ..spec.config import MAX_QUEUE_MIN_RATIO, PARAMETER_BY_NAME, Config
+from ..spec.errors import ConfigError
+from ..spec.profiles import PROFILES, known_profile, resolve_profile
+
+# Z3 takes its timeout as an unsigned 32-bit number of milliseconds.
+MAX_TIMEOUT_MS = 2**32 - 1
+
+
+def plain(x: float) -> str:
+    """A number as a user would type it: 1048576, not 1.04858e+06; -1, not -1.0."""
+    if isinstance(x, float) and math.isfinite(x) and x.is_integer() and abs(x) < 1e16:
+        return str(int(x))
+    return str(x)
+
+
+def _nearest_existing(path: Path) -> Path:
+    """``path`` itself or its closest ancestor that exists (``.`` at worst)."""
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return candidate
+    return Path(".")
+
+
+def _unusable_folder(where: Path) -> Optional[str]:
+    """Why folder ``where`` (which may not exist yet) cannot be created and written to, after its name."""
+    base = _nearest_existing(where)
+    if not base.is_dir():
+        return "is a file" if base == where else f"is inside {base}, which is a file"
+    if not os.access(base, os.W_OK | os.X_OK):
+        return "is not writable" if base == where else f"would be created in {base}, which is not writable"
+    return None
+
+
+def out_dir_problem(option: str, value: Optional[str]) -> Optional[str]:
+    """``--traces DIR`` / ``--out DIR``: a folder, or one that can be created."""
+    if value is None:
+        return None
+    why = _unusable_folder(Path(value))
+    return None if why is None else f"{option} {value} {why}; expected a folder"
+
+
+def out_file_problem(option: str, value: Optional[str]) -> Optional[str]:
+    """``--json PATH``: not a folder, and its folder exists or can be created."""
+    if not value:
+        return None
+    path = Path(value)
+    if path.is_dir():
+        return f"{option} {value} is a folder; expected a file name"
+    if path.exists() and not os.access(path, os.W_OK):
+        return f"{option} {value} is not writable"
+    why = _unusable_folder(path.parent)
+    return None if why is None else f"{option} {value}: its folder {path.parent} {why}"
+
+
+def positive_int_problem(option: str, value: int, high: Optional[int] = None) -> Optional[str]:
+    if value >= 1 and (high is None or value <= high):
+        return None
+    wanted = f"an integer in [1, {high}]" if high is not None else "an integer >= 1"
+    return f"{option} must be {wanted}, got {value}"
+
+
+def queue_ratio_problem(value: float) -> Optional[str]:
+    """The range ``Config`` accepts for queue_min_ratio, less None (the CLI always gives a number)."""
+    if value is not None and PARAMETER_BY_NAME["queue_min_ratio"].check(value):
+        return None
+    return f"--queue-min-ratio must be a number in (0, {plain(MAX_QUEUE_MIN_RATIO)}], got {plain(value)}"
+
+
+def dp_size_problem(value: int) -> Optional[str]:
+    param = PARAMETER_BY_NAME["dp_size"]
+    return None if param.check(value) else f"--dp-size must be an {param.valid}, got {value}"
+
+
+def profiles_or_problem(names: Optional[list[str]]) -> tuple[list[str], Optional[str]]:
+    """The canonical profiles to prove (default: all of them), or the message for an unknown name."""
+    if not names:
+        return list(PROFILES), None
+    for name in names:
+        if not known_profile(name):
+            try:
+                resolve_profile(name)
+            except ConfigError as exc:
+                return [], f"--profile: {exc}"
+    return list(dict.fromkeys(resolve_profile(n) for n in names)), None
+
+
+def prove_problem(args: Any) -> Optional[str]:
+    """The first bad ``prove`` option; fills ``args.profile`` with canonical names when all are fine."""
+    profiles, problem = profiles_or_problem(args.profile)
+    checks = (
+        problem,
+        positive_int_problem("--timeout-ms", args.timeout_ms, MAX_TIMEOUT_MS),
+        positive_int_problem("--jobs", args.jobs),
+        queue_ratio_problem(args.queue_min_ratio),
+        dp_size_problem(args.dp_size),
+        out_file_problem("--json", args.json),
+        out_dir_problem("--traces", args.traces),
+    )
+    first = next((c for c in checks if c is not None), None)
+    if first is None:
+        try:  # the layout prove starts from; any cross-field rule of Config, with its own message
+            Config(dp_size=args.dp_size, queue_min_ratio=args.queue_min_ratio)
+        except ConfigError as exc:
+            return str(exc)
+        args.profile = profiles
+    return first
+
+
+def docs_problem(args: Any) -> Optional[str]:
+    return out_dir_problem("--out", args.out)
