@@ -227,7 +227,7 @@ def check_joint_progress(fam: Family, table: Table, timeout_ms: int) -> Check:
 
 
 def check_refinement(fam: Family, table: Table, timeout_ms: int) -> Check:
-    """The table's outcome equals the independent encoding of DESIGN §2/§3 on every input."""
+    """The table's outcome equals the independent encoding of the releases' code (``reference_z3``) on every input."""
     p = one_pass(fam, table)
     side: list = []
     ref = reference_pass(p.c, p.st, p.v, p.now, p.mrr, side)

@@ -1,8 +1,8 @@
-"""The pitfalls and known defects of DESIGN §2/§3/§7, each as a small hand-checked scenario.
+"""The pitfalls and known defects of the released policies, each as a small hand-checked scenario.
 
 Every pass runs through the ``DelayerMachine`` of every rank, the pure ``step``
 and the independent reference (``fsm_sim.Cluster`` asserts the three agree);
-the expected values below are worked out by hand from DESIGN.md and the seed.
+the expected values below are worked out by hand from the released code (the seed, SGLang 0.5.16, and later releases).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def armed(cluster):
     return [s.skip_first_armed for s in cluster.states]
 
 
-# ----- int(RB * ratio) in doubles (DESIGN §7) --------------------------------
+# ----- int(RB * ratio) in doubles ------------------------------------------
 
 
 @pytest.mark.parametrize("profile", BOTH)
