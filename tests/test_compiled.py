@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from prefill_delayer.spec.profiles import PROFILES
 from prefill_delayer.fsm import INITIAL_STATE, Decision, State, local_for, step
 from prefill_delayer.fsm.compiled import CompiledStep, NoTransition
 from prefill_delayer.runtime import PrefillDelayer, ServerArgs
@@ -103,7 +104,7 @@ def test_wrong_state_and_wrong_row_count_are_refused() -> None:
     assert compiled.finalize(State("delaying", 2, 1.5, True)) == State("delaying", 2, 1.5, True)
 
 
-@pytest.mark.parametrize("profile", ["seed", "hardened"])
+@pytest.mark.parametrize("profile", PROFILES)
 @pytest.mark.parametrize("dp_size,attn_tp_size,dp_attention", [(16, 4, True), (8, 2, False), (1, 1, False)])
 def test_large_and_small_worlds(profile: str, dp_size: int, attn_tp_size: int, dp_attention: bool) -> None:
     c = QUEUE.replace(profile=profile, dp_size=dp_size, attn_tp_size=attn_tp_size, enable_dp_attention=dp_attention)

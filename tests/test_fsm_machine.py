@@ -14,7 +14,7 @@ from prefill_delayer.spec.view import Local, View
 
 from fsm_sim import machines_pass
 
-PROFILES = ("seed", "hardened")
+from prefill_delayer.spec.profiles import PROFILES  # noqa: E402
 
 
 def _machines_of(delayer: DelayerMachine) -> list[transitions.Machine]:

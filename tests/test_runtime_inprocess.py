@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from prefill_delayer.spec.profiles import ATTN_CP_LAYOUT, PROFILES, features_of
 from prefill_delayer.fsm import INITIAL_STATE, finalize, local_for, step
 from prefill_delayer.runtime import (
     CollectiveError,
@@ -211,22 +212,28 @@ def test_seed_profile_matches_the_seed_bit_for_bit(trace_seed: int) -> None:
         assert got[rank][3] == want[rank][3]
 
 
-@pytest.mark.parametrize("profile", ["seed", "hardened"])
+@pytest.mark.parametrize("profile", PROFILES)
 @pytest.mark.parametrize("trace_seed", range(15))
 def test_runtime_equals_the_pure_step(profile: str, trace_seed: int) -> None:
     """The runtime (machine, row packing, gather, implicit finalize) decides what the pure ``fsm.step`` decides."""
     rng = random.Random(1000 + trace_seed)
     s = _random_setup(rng)
-    world, dp, attn_tp = s["world"], s["dp_size"], s["attn_tp"]
+    # Attention context parallelism (profiles that have it): each DP group gathers cp x attn_tp ranks.
+    cp = 2 if ATTN_CP_LAYOUT in features_of(profile) and trace_seed % 3 == 0 else 1
+    world, dp, attn_tp = s["world"] * cp, s["dp_size"], s["attn_tp"]
+    rates = [rate for rate in s["rates"] for _ in range(cp)]
     passes = [_random_pass(rng, world) for _ in range(12)]
+    pmr = rng.choice([None, 1, 3])
     sa = ServerArgs(enable_dp_attention=s["dp_attention"], prefill_delayer_queue_min_ratio=s["ratio"],
-                    prefill_delayer_max_delay_ms=s["max_delay_ms"])
-    config = Config(s["max_delay_passes"], s["watermark"], s["ratio"], s["max_delay_ms"], dp, attn_tp, s["dp_attention"], profile)
+                    prefill_delayer_max_delay_ms=s["max_delay_ms"], prefill_max_requests=pmr)
+    config = Config(s["max_delay_passes"], s["watermark"], s["ratio"], s["max_delay_ms"], dp, attn_tp, s["dp_attention"], profile,
+                    prefill_max_requests=pmr, attn_cp_size=cp)
     table = build_table(profile)
 
     def ours(rank: int, gather: Any) -> tuple:
-        clock = Clock(rate=s["rates"][rank])
-        d = PrefillDelayer(dp, attn_tp, None, sa, s["max_delay_passes"], s["watermark"], profile=profile, gather=gather, clock=clock)
+        clock = Clock(rate=rates[rank])
+        d = PrefillDelayer(dp, attn_tp, None, sa, s["max_delay_passes"], s["watermark"], profile=profile, gather=gather, clock=clock,
+                           attn_cp_size=cp)
         return _drive(d, PrefillDelayerSinglePassExecutor, clock, passes, rank, 0.02), d.state
 
     got = run_ranks(world, ours)
@@ -240,7 +247,7 @@ def test_runtime_equals_the_pure_step(profile: str, trace_seed: int) -> None:
             else:
                 inp = PassInput(a["prefillable"], a["token_usage"], a["running_batch"], a["max_prefill_bs"],
                                 a["max_running_requests"], a["waiting_queue_len"])
-            now = Clock(t=k * 0.02, rate=s["rates"][r])()  # the very reading the runtime's clock gives
+            now = Clock(t=k * 0.02, rate=rates[r])()  # the very reading the runtime's clock gives
             local = local_for(finalize(states[r]), now, inp.max_running_requests)
             locals_.append(local)
             rows.append(local_row(PY, config, inp, local) + [0, config.fingerprint()])
