@@ -9,8 +9,9 @@ time, in interleaved rounds (so drift hits all three alike):
   preallocated buffer — the floor any implementation pays;
 * ``ours``: one scheduler pass through ``PrefillDelayerSinglePassExecutor``
   (negotiate + finalize) of this runtime;
-* ``seed``: the same pass through the seed's classes, when the seed file is
-  found (``runtime._seed.find_seed``), loaded with stubs for its two sglang imports.
+* ``seed``: the same pass through the classes of SGLang's seed release
+  (``spec.profiles.SEED_RELEASE``), fetched once from the package registry and
+  run with stubs for its sglang imports (``runtime._upstream``), when available.
 
 Both delayers see the same inputs (a rotating mix of none / mixed / all /
 watermark passes). The figure that matters is the cost *beyond* the bare
@@ -64,9 +65,12 @@ def _pass(executor_cls: Any, delayer: Any, world: int, rank: int, k: int) -> Non
         ex.finalize(actual_prefill=False)
 
 
-def _seed_delayer(seed: Any, world: int, group: Any) -> Any:
-    return seed.PrefillDelayer(
-        dp_size=world, attn_tp_size=1, cpu_group=group, server_args=ServerArgs(**SERVER_ARGS),
+def _seed_delayer(world: int, group: Any) -> tuple[Any, Any]:
+    """``(module, PrefillDelayer)`` of the seed release, gathering over ``group``."""
+    from ._upstream import SEED_RELEASE, release_delayer
+
+    return release_delayer(
+        SEED_RELEASE, group=group, server_args=ServerArgs(**SERVER_ARGS), dp_size=world, attn_tp_size=1,
         max_delay_passes=MAX_DELAY_PASSES, token_usage_low_watermark=WATERMARK,
     )
 
@@ -87,7 +91,7 @@ def _time_block(fn: Callable[[int], None], passes: int, start: int) -> tuple[flo
     return (t1 - t0) / passes * 1e6, (c1 - c0) / passes * 1e6
 
 
-def _worker(rank: int, world: int, port: int, passes: int, rounds: int, seed_path: Optional[str], queue: Any) -> None:
+def _worker(rank: int, world: int, port: int, passes: int, rounds: int, with_seed: bool, queue: Any) -> None:
     warnings.filterwarnings("ignore", message=r".*NumPy.*")
     # The seed calls the deprecated all_gather_into_tensor; the warning's cost stays, its text is noise.
     warnings.filterwarnings("ignore", message=r".*all_gather_into_tensor.*deprecated.*")
@@ -107,11 +111,8 @@ def _worker(rank: int, world: int, port: int, passes: int, rounds: int, seed_pat
             "bare": lambda k: dist.all_gather_single(recv, send, group=group),
             "ours": lambda k: _pass(PrefillDelayerSinglePassExecutor, ours, world, rank, k),
         }
-        if seed_path:
-            from ._seed import load_seed
-
-            seed = load_seed(seed_path)
-            seed_delayer = _seed_delayer(seed, world, group)
+        if with_seed:
+            seed, seed_delayer = _seed_delayer(world, group)
             runners["seed"] = lambda k: _pass(seed.PrefillDelayerSinglePassExecutor, seed_delayer, world, rank, k)
         times: dict[str, list[tuple[float, float]]] = {name: [] for name in runners}
         k = 0
@@ -135,7 +136,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_world(world: int, passes: int, rounds: int, seed_path: Optional[str], timeout_s: float = 300.0) -> Timings:
+def run_world(world: int, passes: int, rounds: int, with_seed: bool, timeout_s: float = 300.0) -> Timings:
     """(wall, CPU) µs/pass per runner and round.
 
     Wall: the slowest rank's (the one the scheduler waits for). CPU: the mean over
@@ -147,7 +148,7 @@ def run_world(world: int, passes: int, rounds: int, seed_path: Optional[str], ti
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_worker, args=(r, world, port, passes, rounds, seed_path, queue), daemon=True) for r in range(world)]
+    procs = [ctx.Process(target=_worker, args=(r, world, port, passes, rounds, with_seed, queue), daemon=True) for r in range(world)]
     for p in procs:
         p.start()
     results: dict[int, Timings] = {}
@@ -183,7 +184,7 @@ def run_world(world: int, passes: int, rounds: int, seed_path: Optional[str], ti
     }
 
 
-def run_local(passes: int, rounds: int, seed_path: Optional[str]) -> Timings:
+def run_local(passes: int, rounds: int, with_seed: bool) -> Timings:
     """The Python cost alone: world 1, the collective replaced by a copy into a preallocated buffer."""
     warnings.filterwarnings("ignore", message=r".*NumPy.*")
     import torch
@@ -192,22 +193,13 @@ def run_local(passes: int, rounds: int, seed_path: Optional[str]) -> Timings:
 
     ours = _our_delayer(1, None, gather=lambda row: [list(row)])
     runners: dict[str, Callable[[int], None]] = {"ours": lambda k: _pass(PrefillDelayerSinglePassExecutor, ours, 1, 0, k)}
-    if seed_path:
-        from ._seed import load_seed
-
-        seed = load_seed(seed_path)
-        sd = object.__new__(seed.PrefillDelayer)  # the seed's __init__ needs a group; set its fields as it would
-        sd.__dict__.update(
-            _max_delay_passes=MAX_DELAY_PASSES, _token_usage_low_watermark=WATERMARK, _queue_min_ratio=0.5,
-            _max_delay_ms=5000.0, _queue_trigger_enabled=True, dp_size=1, enable_dp_attention=True,
-            _gather_group=None, _gather_device="cpu", _metrics_collector=None, _curr_state=None, skip_first_delayer=True,
-            _global_info_buffer=torch.empty((1, 1, 5), dtype=torch.int64),
-        )
+    if with_seed:
+        seed, sd = _seed_delayer(1, lambda row: [list(row)])
         buf = sd._global_info_buffer
 
         def gather_info(local_prefillable: bool, local_token_watermark_force_allow: bool, running_batch: int = 0,
                         max_prefill_bs: int = 0, waiting_queue_len: int = 0) -> Any:
-            # The seed's _gather_info with the collective replaced by a copy.
+            # The seed's _gather_info with the collective replaced by a copy (no stub in the timed path).
             local = torch.tensor([int(local_prefillable), int(local_token_watermark_force_allow), running_batch,
                                   max_prefill_bs, waiting_queue_len], dtype=torch.int64)
             buf.flatten().copy_(local)
@@ -233,21 +225,28 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds; medians are reported (default 15)")
     parser.add_argument("--no-seed", action="store_true", help="skip the seed even when it is found")
     args = parser.parse_args(argv)
-    from ._seed import find_seed
+    from ._upstream import SEED_RELEASE, ReleaseUnavailable, release_source
     from .delayer import CROSSCHECK_ENV
 
     if os.environ.pop(CROSSCHECK_ENV, None) is not None:  # the ranks inherit the environment
         print(f"{CROSSCHECK_ENV} unset for the benchmark: it times the production path")
 
-    seed = None if args.no_seed else find_seed()
-    print(f"seed: {seed or 'not found (only bare and ours are timed)'}")
+    seed = False
+    if args.no_seed:
+        print("seed: not timed (--no-seed)")
+    else:
+        try:
+            print(f"seed: SGLang {SEED_RELEASE} ({release_source(SEED_RELEASE)})")
+            seed = True
+        except ReleaseUnavailable as err:
+            print(f"seed: not found (only bare and ours are timed): {err}")
     print("µs per pass, median of interleaved rounds; 'extra' = cost beyond the bare collective, paired by round;")
     print("wall = elapsed time of the slowest rank; cpu = main-thread CPU time, mean over ranks (robust to waiting and to a busy machine)")
     print(f"{'world':>5} {'':>4} {'bare':>8} {'ours':>8} {'seed':>8} {'ours extra':>11} {'seed extra':>11} {'ratio':>6}")
     cpu_ratios: dict[str, Optional[float]] = {}
     for world in (int(w) for w in args.worlds.split(",")):
-        cpu_ratios[f"world {world}"] = _report(str(world), run_world(world, args.passes, args.rounds, str(seed) if seed else None))
-    cpu_ratios["local"] = _report("local", run_local(args.passes * 5, args.rounds, str(seed) if seed else None))
+        cpu_ratios[f"world {world}"] = _report(str(world), run_world(world, args.passes, args.rounds, seed))
+    cpu_ratios["local"] = _report("local", run_local(args.passes * 5, args.rounds, seed))
     print("local = one process, the collective replaced by a copy into a buffer: the Python cost alone")
     if seed:
         shown = ", ".join(f"{k} {v:.2f}" if v is not None else f"{k} -" for k, v in cpu_ratios.items())

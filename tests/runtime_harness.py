@@ -1,4 +1,4 @@
-"""Helpers for the runtime tests: real gloo ranks in child processes, and seeded ranks in threads.
+"""Helpers for the runtime tests: real gloo ranks in child processes, and SGLang's released delayers in threads.
 
 ``spawn_gloo(world, scenario, *args)`` runs ``scenario(rank, world, *args)`` in
 ``world`` processes that joined one gloo group on 127.0.0.1 (free port, short
@@ -45,9 +45,8 @@ def _context() -> Any:
 
 
 def cases_path() -> Path:
-    """The conformance cases: tests/data/seed_cases.json, else the shared copy next to the repository."""
-    local = Path(__file__).parent / "data" / "seed_cases.json"
-    return local if local.exists() else Path(__file__).resolve().parents[2] / "shared" / "conformance" / "seed_cases.json"
+    """The conformance cases (tests/data/seed_cases.json)."""
+    return Path(__file__).parent / "data" / "seed_cases.json"
 
 
 def free_port() -> int:
@@ -159,25 +158,45 @@ def decision_tuple(d: Any) -> tuple:
     )
 
 
-def seed_delayer(seed_module: Any, dp_size: int, attn_tp_size: int, server_args: Any, max_delay_passes: int,
-                 watermark: Optional[float], gather: Callable[[list[int]], list[list[int]]], metrics: Any = None) -> Any:
-    """A seed ``PrefillDelayer`` whose collective is ``gather`` (5-int rows), as SGLang's tests mock ``_gather_info``."""
-    from prefill_delayer.runtime.gather import import_torch
+def seed_delayer(dp_size: int, attn_tp_size: int, server_args: Any, max_delay_passes: int, watermark: Optional[float],
+                 gather: Callable[[list[int]], list[list[int]]], metrics: Any = None,
+                 clock: Optional[Callable[[], float]] = None) -> Any:
+    """SGLang's seed release's own ``PrefillDelayer``, its collective replaced by ``gather`` (call ``require_release`` first)."""
+    from prefill_delayer.runtime._upstream import SEED_RELEASE, release_delayer
 
-    torch, _ = import_torch()
-    delayer = seed_module.PrefillDelayer(
-        dp_size=dp_size, attn_tp_size=attn_tp_size, cpu_group=None, server_args=server_args,
-        max_delay_passes=max_delay_passes, token_usage_low_watermark=watermark, metrics_collector=metrics,
-    )
-    dp_dim = dp_size if server_args.enable_dp_attention else 1
+    return release_delayer(
+        SEED_RELEASE, group=gather, server_args=server_args, dp_size=dp_size, attn_tp_size=attn_tp_size,
+        max_delay_passes=max_delay_passes, token_usage_low_watermark=watermark, metrics_collector=metrics, clock=clock,
+    )[1]
 
-    def gather_info(local_prefillable: bool, local_token_watermark_force_allow: bool, running_batch: int = 0,
-                    max_prefill_bs: int = 0, waiting_queue_len: int = 0) -> Any:
-        rows = gather([int(local_prefillable), int(local_token_watermark_force_allow), running_batch, max_prefill_bs, waiting_queue_len])
-        return torch.tensor(rows, dtype=torch.int64).view(dp_dim, attn_tp_size, 5)[:, 0, :]
 
-    delayer._gather_info = gather_info
-    return delayer
+_registry_failure: list[str] = []  # the first fetch failure: the registry is not asked again this session
+
+
+def require_release(version: str) -> Path:
+    """SGLang ``version``'s ``prefill_delayer.py`` from the cache or the package registry, else skip the test."""
+    import pytest
+
+    from prefill_delayer.runtime._upstream import ReleaseUnavailable, cache_dir, release_source
+
+    target = cache_dir() / f"sglang-{version}" / "prefill_delayer.py"
+    if _registry_failure and not target.is_file():
+        pytest.skip(f"SGLang {version} is not cached and the registry already failed this session: {_registry_failure[0]}")
+    try:
+        return release_source(version)
+    except ReleaseUnavailable as err:
+        _registry_failure.append(str(err))
+        pytest.skip(str(err))
+
+
+def finalize_release(executor: Any, actual_prefill_bs: int) -> None:
+    """A release executor's ``finalize``: ``actual_prefill_bs`` from 0.5.18 on, the bool ``actual_prefill`` before."""
+    import inspect
+
+    if "actual_prefill_bs" in inspect.signature(executor.finalize).parameters:
+        executor.finalize(actual_prefill_bs=actual_prefill_bs)
+    else:
+        executor.finalize(actual_prefill=actual_prefill_bs > 0)
 
 
 class Recorder:

@@ -55,28 +55,29 @@ def test_cli_replay_exit_codes(tmp_path, traces):
     assert cli(["replay", str(broken)]) == 2
 
 
+@pytest.mark.registry
 @pytest.mark.parametrize("prop", ["bounded-delay", "agreement"])
 def test_seed_itself_reproduces_counterexample(traces, prop):
-    """The trace is about the original code, not only ours: SGLang's seed makes the same decisions."""
+    """The trace is about the original code, not only ours: SGLang's seed release makes the same decisions."""
     from prefill_delayer.runtime import ServerArgs, run_ranks
-    from prefill_delayer.runtime._seed import find_seed, load_seed
+    from prefill_delayer.spec.profiles import SEED_RELEASE
 
-    from runtime_harness import seed_delayer
+    from runtime_harness import require_release, seed_delayer
 
-    if find_seed() is None:
-        pytest.skip("the seed (../shared/seed/prefill_delayer.py) is not beside this checkout")
+    require_release(SEED_RELEASE)
     trace = traces[prop]
     cfg, passes = trace["config"], trace["passes"]
     server_args = ServerArgs(
         enable_dp_attention=cfg["enable_dp_attention"],
         prefill_delayer_queue_min_ratio=cfg["queue_min_ratio"],
         prefill_delayer_max_delay_ms=cfg["max_delay_ms"],
+        prefill_max_requests=cfg.get("prefill_max_requests"),
     )
 
     def rank_main(rank, gather):
         now = [0.0]
-        seed = load_seed(clock=lambda: now[0])
-        delayer = seed_delayer(seed, cfg["dp_size"], cfg["attn_tp_size"], server_args, cfg["max_delay_passes"], cfg["token_usage_low_watermark"], gather)
+        delayer = seed_delayer(cfg["dp_size"], cfg["attn_tp_size"], server_args, cfg["max_delay_passes"],
+                               cfg["token_usage_low_watermark"], gather, clock=lambda: now[0])
         out = []
         for p in passes:
             x = p["ranks"][rank]

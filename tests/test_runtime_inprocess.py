@@ -1,4 +1,4 @@
-"""Runtime tests over in-process ranks (threads): parity with the seed and the pure FSM, failure handling."""
+"""Runtime tests over in-process ranks (threads): the conformance cases (ours and SGLang's seed), the pure FSM, failure handling."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from prefill_delayer.spec.profiles import ATTN_CP_LAYOUT, PROFILES, features_of
+from prefill_delayer.spec.profiles import ATTN_CP_LAYOUT, PROFILES, SEED_RELEASE, features_of
 from prefill_delayer.fsm import INITIAL_STATE, finalize, local_for, step
 from prefill_delayer.runtime import (
     CollectiveError,
@@ -24,14 +24,10 @@ from prefill_delayer.runtime import (
     ServerArgs,
     run_ranks,
 )
-from prefill_delayer.runtime._seed import find_seed, load_seed
 from prefill_delayer.spec import PY, Config, ConfigError, PassInput, PassInputError, PrefillDelayerError, gathered_view, local_row
 from prefill_delayer.spec.table import build_table
 
-from runtime_harness import Clock, Recorder, cases_path, decision_tuple, seed_delayer
-
-SEED = find_seed()
-needs_seed = pytest.mark.skipif(SEED is None, reason="the seed prefill_delayer.py is not available")
+from runtime_harness import Clock, Recorder, cases_path, decision_tuple, require_release, seed_delayer
 
 
 def delayer(world: int, gather: Any, *, dp_attention: bool = True, profile: str = "seed", clock: Any = None,
@@ -105,20 +101,21 @@ def test_conformance_case_in_process(case: dict[str, Any]) -> None:
     _check_case(case, run_ranks(4, lambda rank, g: _run_case(case, rank, g, _ours)))
 
 
-@needs_seed
+@pytest.mark.registry
 @pytest.mark.parametrize("case", _conformance_cases(), ids=lambda c: c["name"])
 def test_conformance_case_holds_for_the_seed_too(case: dict[str, Any]) -> None:
-    """The cases describe the seed: the seed, loaded with a per-rank clock, passes them as well."""
+    """The cases describe the seed: SGLang's seed release, with a clock per rank, passes them as well."""
+    require_release(SEED_RELEASE)
 
     def make(case: dict[str, Any], gather: Any, clock: Any) -> Any:
         sa = ServerArgs(enable_dp_attention=True, prefill_delayer_queue_min_ratio=case["queue_min_ratio"],
                         prefill_delayer_max_delay_ms=case["max_delay_ms"])
-        return seed_delayer(load_seed(SEED, clock=clock), 4, 1, sa, case["max_delay_passes"], case["watermark"], gather)
+        return seed_delayer(4, 1, sa, case["max_delay_passes"], case["watermark"], gather, clock=clock)
 
     _check_case(case, run_ranks(4, lambda rank, g: _run_case(case, rank, g, make)))
 
 
-# ----- parity on random traces ---------------------------------------------------
+# ----- random traces (parity with every SGLang release: tests/test_releases.py) -----
 
 
 def _random_setup(rng: random.Random) -> dict[str, Any]:
@@ -175,41 +172,6 @@ def _drive(d: Any, executor_cls: Any, clock: Clock, passes: list[list[dict[str, 
             res = d._negotiate_should_allow_prefill(local_prefillable=a["prefillable"], token_usage=a["token_usage"], **args)
         out.append(decision_tuple(res))
     return out
-
-
-@needs_seed
-@pytest.mark.parametrize("trace_seed", range(40))
-def test_seed_profile_matches_the_seed_bit_for_bit(trace_seed: int) -> None:
-    """Random configurations and traces, per-rank clocks running at different rates: every field of
-    every rank's every decision, and every metrics observation, equals the seed's."""
-    rng = random.Random(trace_seed)
-    s = _random_setup(rng)
-    world, dp, attn_tp = s["world"], s["dp_size"], s["attn_tp"]
-    passes = [_random_pass(rng, world) for _ in range(12)]
-    dt = rng.choice([0.01, 0.02])
-    sa = ServerArgs(enable_dp_attention=s["dp_attention"], prefill_delayer_queue_min_ratio=s["ratio"],
-                    prefill_delayer_max_delay_ms=s["max_delay_ms"])
-
-    def ours(rank: int, gather: Any) -> tuple:
-        clock, rec = Clock(rate=s["rates"][rank], offset=5.0 * rank), Recorder()
-        d = PrefillDelayer(dp, attn_tp, None, sa, s["max_delay_passes"], s["watermark"], rec, gather=gather, clock=clock)
-        return _drive(d, PrefillDelayerSinglePassExecutor, clock, passes, rank, dt), rec.calls, d.state, d.skip_first_delayer
-
-    def seeded(rank: int, gather: Any) -> tuple:
-        clock, rec = Clock(rate=s["rates"][rank], offset=5.0 * rank), Recorder()
-        mod = load_seed(SEED, clock=clock)
-        d = seed_delayer(mod, dp, attn_tp, sa, s["max_delay_passes"], s["watermark"], gather, rec)
-        return _drive(d, mod.PrefillDelayerSinglePassExecutor, clock, passes, rank, dt), rec.calls, d._curr_state, d.skip_first_delayer
-
-    got, want = run_ranks(world, ours), run_ranks(world, seeded)
-    for rank in range(world):
-        assert got[rank][0] == want[rank][0], f"rank {rank} decisions differ (setup {s})"
-        assert got[rank][1] == want[rank][1], f"rank {rank} metrics differ"
-        ours_state, seed_state = got[rank][2], want[rank][2]
-        assert (ours_state.delayed_count, ours_state.wait_start) == (
-            (seed_state.delayed_count, seed_state.start_time) if seed_state else (0, None)
-        )
-        assert got[rank][3] == want[rank][3]
 
 
 @pytest.mark.parametrize("profile", PROFILES)
