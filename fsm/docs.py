@@ -33,6 +33,7 @@ from transitions.extensions.diagrams import GraphMachine
 
 from ..spec import config as config_module
 from ..spec import hashing, invariants, profiles, table
+from ..proofs import families
 from ..spec.glossary import ARG, CONFIG, LOCAL, SYMBOLS, VIEW
 from .machine import add_table
 from .step import INITIAL_STATE
@@ -516,6 +517,14 @@ def generate() -> str:
     add("## Invariants")
     add("")
     add("The proof catalogue (`spec/invariants.py`) with the status `prefill-delayer prove` must establish per profile.")
+    add("")
+    layouts = all(s == invariants.PROVED for s in invariants.BY_ID["aggregate-view"].expected.values())
+    add(
+        "What the proofs range over, as `prefill-delayer prove` prints it (generated from the families the "
+        "checks are built from, `proofs/families.py`):"
+    )
+    add("")
+    add(f"> {families.scope_line(profs, families.Scope(), layouts)}")
     add("")
     out += _table(
         ("id", "statement", *profs, "note"),

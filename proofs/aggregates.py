@@ -1,9 +1,12 @@
-"""Per-rank encodings: the aggregate view is exactly what the rows give.
+"""aggregate-view: the aggregate view is exactly what the rows give.
 
 The single-step proofs read an abstract view (``model.sym_view``) over any
-number of ranks. This check builds real rows with the spec's ``local_row`` for
-every rank layout up to 8 DP groups x attn-TP 2 (DP attention on and off),
-aggregates them with the spec's ``gathered_view``, and proves the result is
+number of ranks. ``view_induction`` proves, for every number of DP groups and
+every number of ranks per group, that the views of the rows are exactly the
+abstract view's domain. As a cross-check, this module also builds real rows
+with the spec's ``local_row`` for concrete layouts (up to 3 DP groups x 3 ranks
+per group, DP attention on and off), aggregates them with the spec's
+``gathered_view``, and proves the result is
 (a) inside the abstract view's domain and (b) equal to an independent
 definition of each aggregate over the rows; and (c) that every view in the
 domain is the view of some rows (a witness built from it), so the abstract
@@ -20,25 +23,27 @@ import z3
 from ..spec.inputs import PassInput
 from ..spec.invariants import PROVED
 from ..spec.view import Local, gathered_view, local_row
-from .model import Family, count_domain, sym_view, view_domain
+from .model import Family, count_domain, sym_config, sym_view, view_domain
 from .properties import Check, _solve
 from .reference_z3 import reference_local_force, reference_timeout_flag
+from .view_induction import check_view_induction
 from .z3ops import Z3Ops
 
-MAX_DP = 8
-TP_SIZES = (1, 2)
+MAX_DP = 3
+GROUP_SIZES = (1, 2, 3)  # attn_cp_size x attn_tp_size
 
 
 def layouts() -> list[tuple[bool, int, int]]:
-    """(enable_dp_attention, dp_dim, attn_tp_size) for every layout checked."""
-    out = [(True, dp, tp) for tp in TP_SIZES for dp in range(1, MAX_DP + 1)]
-    out += [(False, 1, tp) for tp in TP_SIZES]
+    """(enable_dp_attention, dp_dim, ranks per DP group) for every concrete layout checked."""
+    out = [(True, dp, g) for g in GROUP_SIZES for dp in range(1, MAX_DP + 1)]
+    out += [(False, 1, g) for g in GROUP_SIZES]
     return out
 
 
-def layout_config(fam: Family, dp_attn: bool, dp_dim: int, tp: int) -> Any:
-    """The family's symbolic configuration, for one concrete rank layout."""
-    return replace(fam.sym_config(), enable_dp_attention=dp_attn, dp_size=dp_dim if dp_attn else fam.dp_size, attn_tp_size=tp)
+def layout_config(fam: Family, dp_attn: bool, dp_dim: int, group: int) -> Any:
+    """The family's symbolic configuration, for one concrete rank layout (the group as attn_tp ranks)."""
+    c = sym_config(fam)
+    return replace(c, enable_dp_attention=dp_attn, dp_size=dp_dim if dp_attn else c.dp_size, attn_tp_size=group)
 
 
 def _is_max(m: Any, xs: list) -> Any:
@@ -107,10 +112,21 @@ def check_layout_complete(fam: Family, dp_attn: bool, dp_dim: int, tp: int, time
     return Check(status, f"complete {'dp-attn' if dp_attn else 'tp-only'} dp={dp_dim} tp={tp}", model=model, why=why)
 
 
-def check_aggregate_view(fam: Family, timeout_ms: int) -> Check:
+def check_aggregate_view(fams: list[Family], timeout_ms: int) -> Check:
+    """The induction (every layout) for each family, then the concrete layouts as a cross-check."""
+    for f in fams:
+        res = check_view_induction(f, timeout_ms)
+        if res.status != PROVED:
+            return res
+    fam = fams[0]
     for dp_attn, dp_dim, tp in layouts():
         for check in (check_layout, check_layout_complete):
             res = check(fam, dp_attn, dp_dim, tp, timeout_ms)
             if res.status != PROVED:
                 return res
-    return Check(PROVED, fam.label(), f"{len(layouts())} layouts, up to {MAX_DP * max(TP_SIZES)} ranks, both directions")
+    return Check(
+        PROVED,
+        fam.label(),
+        f"by induction: any number of DP groups and ranks per group; cross-checked on {len(layouts())} "
+        f"layouts up to {MAX_DP * max(GROUP_SIZES)} ranks, both directions",
+    )

@@ -18,7 +18,7 @@ import z3
 from ..spec.inputs import PassInput
 from ..spec.table import REASONS, Table
 from ..spec.view import gathered_view, local_row
-from .model import SOLVER_TACTIC, Family, Outcome, SymState, encode_pass
+from .model import SOLVER_TACTIC, Family, Outcome, SymState, encode_pass, sym_config
 from .z3ops import Z3Ops
 
 RANKS = 2
@@ -32,7 +32,7 @@ class Unrolling:
 
     def __init__(self, fam: Family, table: Table, k: int) -> None:
         self.o = Z3Ops()
-        self.c = replace(fam.sym_config(), enable_dp_attention=True, dp_size=RANKS, attn_tp_size=1)
+        self.c = replace(sym_config(fam), enable_dp_attention=True, dp_size=RANKS, attn_tp_size=1)
         c = self.c
         self.ms = z3.Int("max_delay_ms_int")
         self.wm = z3.Int("watermark_1024")

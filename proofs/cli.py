@@ -32,8 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     prove.add_argument("--json", metavar="PATH", help="write the JSON report here")
     prove.add_argument("--traces", metavar="DIR", help="write counterexample traces into DIR")
     prove.add_argument("--timeout-ms", type=int, default=20000, help="Z3 timeout per query (default 20000)")
-    prove.add_argument("--queue-min-ratio", type=float, default=0.5, metavar="R", help="the queue trigger's ratio to prove at (exact double rounding; default 0.5)")
-    prove.add_argument("--dp-size", type=int, default=4, metavar="N", help="dp_size for the families without DP attention (default 4; with DP attention every size is covered)")
+    prove.add_argument("--queue-min-ratio", type=float, default=None, metavar="R", help="prove at your deployment's queue ratio only (its double rounding exact); default: every ratio at once")
+    prove.add_argument("--dp-size", type=int, default=None, metavar="N", help="prove at one dp_size for the layouts without DP attention; default: every dp_size at once")
     prove.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="processes, one per profile (default: up to 2)")
 
     replay = sub.add_parser("replay", help="re-run a counterexample trace through the runtime (exit 0 iff its violation reproduces)")

@@ -73,16 +73,17 @@ def positive_int_problem(option: str, value: int, high: Optional[int] = None) ->
     return f"{option} must be {wanted}, got {value}"
 
 
-def queue_ratio_problem(value: float) -> Optional[str]:
-    """The range ``Config`` accepts for queue_min_ratio, less None (the CLI always gives a number)."""
-    if value is not None and PARAMETER_BY_NAME["queue_min_ratio"].check(value):
+def queue_ratio_problem(value: Optional[float]) -> Optional[str]:
+    """The range ``Config`` accepts for queue_min_ratio; None (the option not given) means every ratio."""
+    if value is None or PARAMETER_BY_NAME["queue_min_ratio"].check(value):
         return None
     return f"--queue-min-ratio must be a number in (0, {plain(MAX_QUEUE_MIN_RATIO)}], got {plain(value)}"
 
 
-def dp_size_problem(value: int) -> Optional[str]:
+def dp_size_problem(value: Optional[int]) -> Optional[str]:
+    """None (the option not given) means every dp_size."""
     param = PARAMETER_BY_NAME["dp_size"]
-    return None if param.check(value) else f"--dp-size must be an {param.valid}, got {value}"
+    return None if value is None or param.check(value) else f"--dp-size must be an {param.valid}, got {value}"
 
 
 def profiles_or_problem(names: Optional[list[str]]) -> tuple[list[str], Optional[str]]:
@@ -113,7 +114,7 @@ def prove_problem(args: Any) -> Optional[str]:
     first = next((c for c in checks if c is not None), None)
     if first is None:
         try:  # the layout prove starts from; any cross-field rule of Config, with its own message
-            Config(dp_size=args.dp_size, queue_min_ratio=args.queue_min_ratio)
+            Config(dp_size=args.dp_size or 1, queue_min_ratio=args.queue_min_ratio)
         except ConfigError as exc:
             return str(exc)
         args.profile = profiles

@@ -11,11 +11,12 @@ from typing import Any, Optional
 
 import z3
 
-from ..spec.config import Config
+from ..spec.config import MAX_WORLD_SIZE
 from ..spec.inputs import MAX_COUNT
-from ..spec.profiles import QUEUE_CAPACITY, features_of
+from ..spec.profiles import features_of
 from ..spec.table import DELAYING, IDLE, REASONS, Effect, Table, holds
 from ..spec.view import Local, View
+from .families import SYMBOLIC_PARAMETERS, Family, Scope, families  # noqa: F401 - re-exported
 from .z3ops import Z3Ops
 
 # Substituting the many definitional equalities (fresh max/floor variables, the
@@ -66,6 +67,8 @@ class SymConfig:
 
     def domain(self) -> list:
         dom = [self.max_delay_passes >= 0, self.max_delay_ms > 0, self.watermark >= 0, self.watermark <= 1]
+        if isinstance(self.dp_size, z3.ArithRef):
+            dom += [self.dp_size >= 1, self.dp_size <= MAX_WORLD_SIZE]
         if self.pmr_on:
             dom += [self.pmr >= 1, self.pmr <= MAX_COUNT]
         return dom
@@ -75,49 +78,30 @@ class SymConfig:
         return z3.If(self.max_delay_passes >= 1, self.max_delay_passes - 1, 0)
 
 
-@dataclass(frozen=True)
-class Family:
-    """One structural variant of the configuration the proofs range over."""
-
-    profile: str
-    enable_dp_attention: bool
-    queue_ratio: Optional[float]
-    dp_size: int  # used only without DP attention (with it, the rank count is symbolic)
-    pmr_on: bool = False  # prefill_max_requests set (symbolic value)
-
-    def label(self) -> str:
-        dp = "dp-attn" if self.enable_dp_attention else f"tp-only(dp_size={self.dp_size})"
-        q = "queue-off" if self.queue_ratio is None else f"queue={self.queue_ratio!r}"
-        return f"{self.profile}/{dp}/{q}" + ("/prefill_max_requests" if self.pmr_on else "")
-
-    def sym_config(self, tag: str = "") -> SymConfig:
-        return SymConfig(
-            profile=self.profile,
-            enable_dp_attention=self.enable_dp_attention,
-            dp_size=z3.Int(f"dp_size{tag}") if self.enable_dp_attention else self.dp_size,
-            attn_tp_size=1,
-            queue_on=self.queue_ratio is not None,
-            queue_ratio=self.queue_ratio if self.queue_ratio is not None else 0.0,
-            max_delay_passes=z3.Int(f"max_delay_passes{tag}"),
-            max_delay_ms=z3.Real(f"max_delay_ms{tag}"),
-            watermark_on=z3.Bool(f"watermark_on{tag}"),
-            watermark=z3.Real(f"watermark{tag}"),
-            pmr_on=self.pmr_on,
-            pmr=z3.Int(f"prefill_max_requests{tag}") if self.pmr_on else 0,
-        )
-
-
-def families(profile: str, base: Config) -> list[Family]:
-    """DP attention on and off, queue trigger off and at the configured ratio (0.5 if unset);
-    where the profile reads prefill_max_requests (queue-capacity), with it unset and set."""
-    ratio = base.queue_min_ratio if base.queue_min_ratio is not None else 0.5
-    pmr = (False, True) if QUEUE_CAPACITY in features_of(profile) else (False,)
-    return [
-        Family(profile, dp_attn, q, base.dp_size, p)
-        for dp_attn in (True, False)
-        for q in (None, ratio)
-        for p in (pmr if q is not None else (False,))
-    ]
+def sym_config(fam: Family, tag: str = "") -> SymConfig:
+    """The family's configuration with every parameter of ``SYMBOLIC_PARAMETERS`` a Z3 variable
+    (and dp_size too, with DP attention or when the scope covers every dp_size)."""
+    symbolic = {
+        "max_delay_passes": z3.Int(f"max_delay_passes{tag}"),
+        "max_delay_ms": z3.Real(f"max_delay_ms{tag}"),
+        "token_usage_low_watermark": (z3.Bool(f"watermark_on{tag}"), z3.Real(f"watermark{tag}")),
+    }
+    assert set(symbolic) == {name for name, _ in SYMBOLIC_PARAMETERS}
+    watermark_on, watermark = symbolic["token_usage_low_watermark"]
+    return SymConfig(
+        profile=fam.profile,
+        enable_dp_attention=fam.enable_dp_attention,
+        dp_size=z3.Int(f"dp_size{tag}") if fam.enable_dp_attention or fam.dp_size is None else fam.dp_size,
+        attn_tp_size=1,
+        queue_on=fam.queue_ratio is not None,
+        queue_ratio=fam.queue_ratio if fam.queue_ratio is not None else 0.0,
+        max_delay_passes=symbolic["max_delay_passes"],
+        max_delay_ms=symbolic["max_delay_ms"],
+        watermark_on=watermark_on,
+        watermark=watermark,
+        pmr_on=fam.pmr_on,
+        pmr=z3.Int(f"prefill_max_requests{tag}") if fam.pmr_on else 0,
+    )
 
 
 def count_domain(x: Any) -> Any:

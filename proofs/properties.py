@@ -15,7 +15,7 @@ import z3
 
 from ..spec.invariants import PROVED, REFUTED, UNKNOWN
 from ..spec.table import Table, holds
-from .model import CTRL, REASON_CODE, SOLVER_TACTIC, Family, Outcome, SymConfig, SymState, count_domain, encode_pass, sym_view
+from .model import CTRL, REASON_CODE, SOLVER_TACTIC, Family, Outcome, SymConfig, SymState, count_domain, encode_pass, sym_config, sym_view
 from .reference_z3 import reference_pass
 from .z3ops import Z3Ops
 
@@ -67,7 +67,7 @@ class PassSetup:
 
 def one_pass(fam: Family, table: Table, tag: str = "") -> PassSetup:
     o = Z3Ops()
-    c = fam.sym_config()
+    c = sym_config(fam)
     st = SymState.fresh(tag)
     v, vdom = sym_view(c, tag)
     now, mrr = z3.Real(f"now{tag}"), z3.Int(f"mrr{tag}")
@@ -79,7 +79,7 @@ def one_pass(fam: Family, table: Table, tag: str = "") -> PassSetup:
 def check_partition(fam: Family, table: Table, timeout_ms: int) -> Check:
     """From each source state, exactly one negotiate row's guards hold."""
     o = Z3Ops()
-    c = fam.sym_config()
+    c = sym_config(fam)
     st = SymState.fresh("")
     v, vdom = sym_view(c, "")
     now, mrr = z3.Real("now"), z3.Int("mrr")
@@ -169,7 +169,7 @@ class PairSetup:
 
 def rank_pair(fam: Family, table: Table, equal_args: bool) -> PairSetup:
     o = Z3Ops()
-    c = fam.sym_config()
+    c = sym_config(fam)
     st = SymState.fresh("")
     v, vdom = sym_view(c, "")
     outs, extra, mrrs = [], [], []

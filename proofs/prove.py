@@ -2,26 +2,27 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from ..spec.config import Config
 from ..spec.hashing import spec_hash
 from ..spec.profiles import PROFILES, resolve_profile
 from ..spec.invariants import BY_ID, CATALOGUE, PROVED, REFUTED, UNKNOWN
 from ..spec.table import Table, build_table
 from . import bmc
 from .aggregates import check_aggregate_view
-from .model import Family, families
+from .families import Family, Scope, families, scope_line
 from .properties import SINGLE_STEP
 from .trace import write_trace
 from .violations import find_violation
 
-# The structural defaults the proofs range over; every numeric parameter is symbolic.
-PROVE_BASE = Config(dp_size=4, queue_min_ratio=0.5)
+# What the proofs range over by default: every queue ratio and every dp_size.
+PROVE_SCOPE = Scope()
 
 
 @dataclass
@@ -93,32 +94,53 @@ def _unknown_note(checks: Sequence[Any], timeout_ms: int) -> str:
     return "unknown, not a timeout: the solver said " + ", ".join(repr(r) for r in reasons)
 
 
-def _counterexample(prop: str, fams: Sequence[Family], table: Table, timeout_ms: int) -> tuple[str, Optional[dict]]:
-    """The shortest run from fresh delayers showing ``prop``'s violation, or (why not, None)."""
+def concrete(fam: Family, scope: Scope) -> Family:
+    """``fam`` at one ratio and one dp_size: a counterexample must be concrete to replay."""
+    ratio = scope.concrete_ratio() if fam.queue_ratio is not None else None
+    return dataclasses.replace(fam, queue_ratio=ratio, dp_size=fam.dp_size if fam.dp_size is not None else 4)
+
+
+Searched = dict  # (table, family, violation, restrictions) -> bmc.shortest's answer
+
+
+def _counterexample(
+    prop: str, fams: Sequence[Family], table: Table, timeout_ms: int, scope: Scope, searched: Searched
+) -> tuple[str, Optional[dict]]:
+    """The shortest run from fresh delayers showing ``prop``'s violation, or (why not, None).
+
+    ``searched`` holds the searches already run for this table (in one catalogue run):
+    agreement's first search (the clock alone) is agreement-equal-args' search.
+    """
     violation, pick, first_try = BMC_SEARCH[prop]
     always = BMC_ALWAYS.get(prop)
-    fam = next(f for f in fams if pick(f))
+    fam = concrete(next(f for f in fams if pick(f)), scope)
     if first_try is bmc.same_local_args and SINGLE_STEP["agreement-equal-args"](fam, table, timeout_ms).status == PROVED:
         first_try = None  # equal arguments cannot disagree here: go straight to any counterexample
     outcome = "none"
     for extra in ([first_try, None] if first_try is not None else [None]):
-        outcome, trace = bmc.shortest(fam, table, violation, bmc.all_of(always, extra), timeout_ms)
+        parts = frozenset(x for x in (always, extra) if x is not None)
+        key = (id(table), fam, violation, parts)
+        if key not in searched:
+            searched[key] = bmc.shortest(fam, table, violation, bmc.all_of(*parts), timeout_ms)
+        outcome, trace = searched[key]
         if trace is not None:
-            return outcome, trace
+            return outcome, copy.deepcopy(trace)
         if outcome == "timeout":
             break
     return outcome, None
 
 
-def check_property(prop: str, profile: str, table: Table, base: Config, timeout_ms: int) -> Result:
+def check_property(
+    prop: str, profile: str, table: Table, scope: Scope, timeout_ms: int, searched: Optional[Searched] = None
+) -> Result:
     expected = BY_ID[prop].expected[profile]
-    fams = families(profile, base)
+    fams = families(profile, scope)
     t0 = time.perf_counter()
     if prop == "aggregate-view":
-        checks = [check_aggregate_view(fams[0], timeout_ms)]
+        checks = [check_aggregate_view(fams, timeout_ms)]
         status = _combine([c.status for c in checks])
         note = "; ".join(x for x in (checks[0].note, _unknown_note(checks, timeout_ms)) if x)
-        return Result(prop, profile, status, expected, time.perf_counter() - t0, 16, note)
+        return Result(prop, profile, status, expected, time.perf_counter() - t0, "all", note)
     checks = [SINGLE_STEP[prop](f, table, timeout_ms) for f in fams]
     status = _combine([c.status for c in checks])
     failing = [c.family for c in checks if c.status != PROVED]
@@ -127,8 +149,15 @@ def check_property(prop: str, profile: str, table: Table, base: Config, timeout_
         note += "; " + _unknown_note(checks, timeout_ms)
     ranks: Any = "all"
     trace = None
+    if status == REFUTED and prop not in BMC_SEARCH:
+        # Over every ratio / dp_size a model may be an artefact of the over-approximation:
+        # keep the refutation only if it holds at a concrete ratio and dp_size too.
+        again = [SINGLE_STEP[prop](concrete(f, scope), table, timeout_ms) for f in fams]
+        if REFUTED not in [c.status for c in again]:
+            status = UNKNOWN
+            note += "; refuted only over every ratio / dp_size at once, not at a concrete one"
     if status == REFUTED and prop in BMC_SEARCH:
-        outcome, trace = _counterexample(prop, fams, table, timeout_ms)
+        outcome, trace = _counterexample(prop, fams, table, timeout_ms, scope, {} if searched is None else searched)
         if trace is None:
             status = UNKNOWN
             why = f"the solver hit --timeout-ms {timeout_ms}" if outcome == "timeout" else f"none within {bmc.MAX_PASSES} passes"
@@ -143,7 +172,7 @@ def check_property(prop: str, profile: str, table: Table, base: Config, timeout_
 
 def run_catalogue(
     profiles: Sequence[str] = PROFILES,
-    base: Config = PROVE_BASE,
+    scope: Scope = PROVE_SCOPE,
     timeout_ms: int = 20000,
     table_for: Callable[[str], Table] = build_table,
     properties: Optional[Sequence[str]] = None,
@@ -157,30 +186,31 @@ def run_catalogue(
     order = [inv.id for inv in CATALOGUE] if properties is None else list(properties)
     for profile in profiles:
         table = table_for(profile)
+        searched: Searched = {}
         for prop in order:
-            res = check_property(prop, profile, table, base, timeout_ms)
+            res = check_property(prop, profile, table, scope, timeout_ms, searched)
             results.append(res)
             if fail_fast and not res.ok:
                 return results
     return results
 
 
-def run_parallel(profiles: Sequence[str], timeout_ms: int, jobs: int, base: Config = PROVE_BASE) -> list[Result]:
+def run_parallel(profiles: Sequence[str], timeout_ms: int, jobs: int, scope: Scope = PROVE_SCOPE) -> list[Result]:
     """Profiles spread over ``jobs`` processes (Z3 is single-threaded; CI has two cores)."""
     if jobs <= 1 or len(profiles) <= 1:
-        return run_catalogue(profiles, base, timeout_ms=timeout_ms)
+        return run_catalogue(profiles, scope, timeout_ms=timeout_ms)
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
     with ProcessPoolExecutor(max_workers=min(jobs, len(profiles)), mp_context=ctx) as pool:
-        parts = pool.map(_run_one_profile, [(p, timeout_ms, base) for p in profiles])
+        parts = pool.map(_run_one_profile, [(p, timeout_ms, scope) for p in profiles])
         return [r for part in parts for r in part]
 
 
-def _run_one_profile(job: tuple[str, int, Config]) -> list[Result]:
-    profile, timeout_ms, base = job
-    return run_catalogue((profile,), base, timeout_ms=timeout_ms)
+def _run_one_profile(job: tuple[str, int, Scope]) -> list[Result]:
+    profile, timeout_ms, scope = job
+    return run_catalogue((profile,), scope, timeout_ms=timeout_ms)
 
 
 def format_matrix(results: Sequence[Result]) -> str:
@@ -201,27 +231,23 @@ def format_matrix(results: Sequence[Result]) -> str:
     return "\n".join(lines)
 
 
-def scope_line(base: Config, total: float, results: Sequence[Result]) -> str:
-    return (
-        f"spec {spec_hash()}; {len(results)} checks in {total:.2f} s wall; numeric parameters symbolic "
-        f"(max_delay_passes >= 0, max_delay_ms > 0, watermark off or in [0, 1], prefill_max_requests unset or >= 1); "
-        f"DP ranks: any number; queue trigger off and at ratio {base.queue_min_ratio!r}; "
-        f"without DP attention dp_size={base.dp_size}"
-    )
-
-
 def main(args: Any) -> int:
     profiles = tuple(dict.fromkeys(resolve_profile(p) for p in args.profile)) if args.profile else PROFILES
     t0 = time.perf_counter()
-    base = PROVE_BASE.replace(queue_min_ratio=args.queue_min_ratio, dp_size=args.dp_size)
-    results = run_parallel(profiles, args.timeout_ms, args.jobs, base)
+    scope = Scope(
+        queue_ratio=PROVE_SCOPE.queue_ratio if args.queue_min_ratio is None else float(args.queue_min_ratio),
+        dp_size=args.dp_size,
+    )
+    results = run_parallel(profiles, args.timeout_ms, args.jobs, scope)
     total = time.perf_counter() - t0
     if args.traces:
         for r in results:
             if r.trace is not None:
                 r.trace_path = str(write_trace(r.trace, args.traces))
     print(format_matrix(results))
-    print("\n" + scope_line(base, total, results))
+    layouts = all(r.ok and r.status == PROVED for r in results if r.property == "aggregate-view")
+    print(f"\nspec {spec_hash()}; {len(results)} checks in {total:.2f} s wall")
+    print(scope_line(profiles, scope, layouts))
     for r in results:
         if r.trace is not None:
             where = f" -> {r.trace_path}" if r.trace_path else ""

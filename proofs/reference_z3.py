@@ -2,8 +2,11 @@
 
 Written from the releases' code (SGLang 0.5.14 ... 0.5.23) and our two fixes as
 nested conditionals in raw Z3, switched by the profile's feature ids; it shares
-no guard or table code with the spec. Only the exact double-rounding primitive
-``int_of_double_product`` (tested against Python itself) is reused.
+no guard or table code with the spec. Only the arithmetic primitives of
+``z3ops`` are reused: ``floor_mul_term`` (int(RB * ratio): exact double rounding
+at a configured ratio, tested against Python itself; every ratio at once as one
+uninterpreted function) and ``ceil_div_term`` (exact for a configured dp_size;
+every dp_size at once likewise), so that both encodings read the same value.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import z3
 
 from ..spec import profiles as f
 from .model import CTRL, REASON_CODE, Outcome, SymConfig, SymState
-from .z3ops import int_of_double_product, exact_real
+from .z3ops import ceil_div_term, exact_real, floor_mul_term
 
 IDLE, DELAYING = CTRL["idle"], CTRL["delaying"]
 
@@ -52,10 +55,10 @@ def reference_pass(c: SymConfig, st: SymState, v: Any, now: Any, mrr_local: Any,
     # --- all branch ---
     mrr = v.mrr_max if f.GATHERED_MRR in feats else mrr_local
     if not c.enable_dp_attention:
-        mrr = (mrr + c.dp_size - 1) / c.dp_size
+        mrr = ceil_div_term(mrr, c.dp_size, side)
     slot = mrr - v.running_batch < v.max_prefill_bs
     if c.queue_on:
-        q_raw = int_of_double_product(v.running_batch, c.queue_ratio, side)
+        q_raw = floor_mul_term(v.running_batch, c.queue_ratio, side)
         cap = c.pmr if (f.QUEUE_CAPACITY in feats and c.pmr_on) else v.max_prefill_bs
         q = z3.If(q_raw < cap, q_raw, cap)
         if f.GATHERED_TIMEOUT in feats:

@@ -14,9 +14,41 @@ from typing import Any, Iterable
 
 import z3
 
+from ..spec.config import MAX_QUEUE_MIN_RATIO
 from ..spec.inputs import MAX_COUNT
+from .families import ANY_RATIO
 
 _fresh = itertools.count()
+
+
+# Uninterpreted, so that every use of the same running_batch (or of the same
+# dividend and divisor) reads the same value, and constrained below only by what
+# holds for every ratio (every dp_size): a sound over-approximation.
+_TIMES_ANY_RATIO = z3.Function("int_of_times_any_ratio", z3.IntSort(), z3.IntSort())
+_CEIL_DIV_ANY = z3.Function("ceil_div_any_divisor", z3.IntSort(), z3.IntSort(), z3.IntSort())
+
+
+def floor_mul_term(n: Any, ratio: Any, side: list) -> Any:
+    """``int(float(n) * ratio)`` for a configured ratio (exact), or for ``ANY_RATIO``: a value
+    that ranges over everything ``int(n * r)`` can be for some r in (0, MAX_QUEUE_MIN_RATIO]."""
+    if ratio is ANY_RATIO:
+        f = _TIMES_ANY_RATIO(n)
+        # fl(n * r) <= n * 2^20 (exact, and rounding is monotone); int(0 * r) == 0.
+        side.append(z3.And(f >= 0, f <= n * int(MAX_QUEUE_MIN_RATIO), z3.Implies(n == 0, f == 0)))
+        return f
+    return int_of_double_product(n, ratio, side)
+
+
+def ceil_div_term(a: Any, b: Any, side: list) -> Any:
+    """``ceil(a / b)`` for ``a >= 0``: exact for a concrete divisor; for a symbolic one (every
+    dp_size at once), a value in [0, a] that is >= 1 when a >= 1, as ceil(a / b) is for b >= 1."""
+    if isinstance(b, int):
+        if b < 1:
+            raise ValueError("ceil_div needs a positive divisor")
+        return (a + (b - 1)) / b  # Z3's integer division is floor division for a positive divisor
+    f = _CEIL_DIV_ANY(a, b)
+    side.append(z3.Implies(b >= 1, z3.And(f >= 0, f <= a, z3.Implies(a >= 1, f >= 1))))
+    return f
 
 
 def fresh_int(prefix: str) -> z3.ArithRef:
@@ -83,18 +115,15 @@ class Z3Ops:
         return z3.If(b, z3.IntVal(1), z3.IntVal(0))
 
     def ceil_div(self, a: Any, b: Any) -> Any:
-        if not isinstance(b, int) or b < 1:
-            raise TypeError("ceil_div needs a concrete positive divisor (linear arithmetic)")
-        # Z3's integer division is floor division for a positive divisor.
-        return (a + (b - 1)) / b
+        return ceil_div_term(a, b, self.side)
 
     def floor_mul(self, a: Any, ratio: Any) -> Any:
-        if not isinstance(ratio, float):
-            raise TypeError("floor_mul needs the configured ratio as a concrete float")
+        if not (isinstance(ratio, float) or ratio is ANY_RATIO):
+            raise TypeError("floor_mul needs the configured ratio as a concrete float, or ANY_RATIO")
         # Guards of several rows ask for the same product: define it once.
-        key = (a.get_id() if isinstance(a, z3.AstRef) else a, ratio)
+        key = (a.get_id() if isinstance(a, z3.AstRef) else a, id(ratio) if ratio is ANY_RATIO else ratio)
         if key not in self._floor_mul:
-            self._floor_mul[key] = int_of_double_product(a, ratio, self.side)
+            self._floor_mul[key] = floor_mul_term(a, ratio, self.side)
         return self._floor_mul[key]
 
     def num(self, x: Any) -> Any:
