@@ -13,6 +13,7 @@ from prefill_delayer.proofs.cli import main as cli  # noqa: E402
 from prefill_delayer.proofs.prove import run_catalogue  # noqa: E402
 from prefill_delayer.proofs.replay import replay, run_trace  # noqa: E402
 from prefill_delayer.proofs.violations import find_violation  # noqa: E402
+from prefill_delayer.spec.profiles import RELEASES  # noqa: E402
 
 pytestmark = pytest.mark.proofs
 
@@ -55,29 +56,32 @@ def test_cli_replay_exit_codes(tmp_path, traces):
     assert cli(["replay", str(broken)]) == 2
 
 
-@pytest.mark.registry
-@pytest.mark.parametrize("prop", ["bounded-delay", "agreement"])
-def test_seed_itself_reproduces_counterexample(traces, prop):
-    """The trace is about the original code, not only ours: SGLang's seed release makes the same decisions."""
+@pytest.fixture(scope="module")
+def all_traces():
+    """The counterexample of every refuted cell of every profile, as ``prove`` writes it."""
+    return {(r.profile, r.property): r.trace for r in run_catalogue() if r.trace is not None}
+
+
+def _release_decisions(version, trace):
+    """Every rank's decision on every pass of ``trace``, made by SGLang ``version``'s own code."""
     from prefill_delayer.runtime import ServerArgs, run_ranks
-    from prefill_delayer.spec.profiles import SEED_RELEASE
+    from prefill_delayer.runtime._upstream import release_delayer
 
-    from runtime_harness import require_release, seed_delayer
-
-    require_release(SEED_RELEASE)
-    trace = traces[prop]
     cfg, passes = trace["config"], trace["passes"]
     server_args = ServerArgs(
         enable_dp_attention=cfg["enable_dp_attention"],
         prefill_delayer_queue_min_ratio=cfg["queue_min_ratio"],
         prefill_delayer_max_delay_ms=cfg["max_delay_ms"],
-        prefill_max_requests=cfg.get("prefill_max_requests"),
+        prefill_max_requests=cfg["prefill_max_requests"],
     )
 
     def rank_main(rank, gather):
         now = [0.0]
-        delayer = seed_delayer(cfg["dp_size"], cfg["attn_tp_size"], server_args, cfg["max_delay_passes"],
-                               cfg["token_usage_low_watermark"], gather, clock=lambda: now[0])
+        _, delayer = release_delayer(
+            version, group=gather, server_args=server_args, dp_size=cfg["dp_size"], attn_tp_size=cfg["attn_tp_size"],
+            attn_cp_size=cfg["attn_cp_size"], max_delay_passes=cfg["max_delay_passes"],
+            token_usage_low_watermark=cfg["token_usage_low_watermark"], clock=lambda: now[0],
+        )
         out = []
         for p in passes:
             x = p["ranks"][rank]
@@ -89,6 +93,34 @@ def test_seed_itself_reproduces_counterexample(traces, prop):
         return out
 
     per_rank = run_ranks(len(passes[0]["ranks"]), rank_main)
-    decisions = [[per_rank[r][i] for r in range(len(per_rank))] for i in range(len(passes))]
-    assert decisions == [p["expect"] for p in passes]
-    assert find_violation(prop, cfg, decisions) is not None
+    return [[per_rank[r][i] for r in range(len(per_rank))] for i in range(len(passes))]
+
+
+def test_every_refuted_cell_has_a_trace(all_traces):
+    from prefill_delayer.spec.invariants import CATALOGUE, REFUTED
+
+    assert set(all_traces) == {(p, i.id) for i in CATALOGUE for p, status in i.expected.items() if status == REFUTED}
+
+
+@pytest.mark.registry
+@pytest.mark.parametrize("version", list(RELEASES))
+def test_each_release_reproduces_its_profiles_counterexamples(all_traces, version):
+    """The traces are about the released code, not only ours: each release makes the trace's decisions
+    and shows the violation, for every refuted cell of the profile it resolves to."""
+    from runtime_harness import require_release
+
+    require_release(version)
+    cells = [(prop, t) for (profile, prop), t in all_traces.items() if profile == RELEASES[version]]
+    assert cells, f"profile {RELEASES[version]} has no refuted cell"
+    for prop, trace in cells:
+        decisions = _release_decisions(version, trace)
+        assert decisions == [p["expect"] for p in trace["passes"]], (version, prop)
+        assert find_violation(prop, trace["config"], decisions) is not None, (version, prop)
+
+
+def test_hardened_shows_none_of_every_refuted_cell(all_traces):
+    """The same inputs through hardened: no violation, and every rank decides the same on every pass."""
+    for (profile, prop), trace in all_traces.items():
+        decisions = run_trace(trace, profile="hardened")
+        assert find_violation(prop, trace["config"], decisions) is None, (profile, prop)
+        assert all(len({(d["allow"], d["reason"], d["wait_forward_passes"]) for d in per_rank}) == 1 for per_rank in decisions)
