@@ -144,7 +144,7 @@ def check_property(
     checks = [SINGLE_STEP[prop](f, table, timeout_ms) for f in fams]
     status = _combine([c.status for c in checks])
     failing = [c.family for c in checks if c.status != PROVED]
-    note = f"{len(fams)} families" + (f"; fails in {', '.join(failing)}" if failing else "")
+    note = f"{len(fams)} families" + (f"; not proved in {', '.join(failing)}" if failing else "")
     if status == UNKNOWN:
         note += "; " + _unknown_note(checks, timeout_ms)
     ranks: Any = "all"

@@ -130,3 +130,12 @@ def test_cli_prints_the_scope_line(capsys):
     assert main(["prove", "--profile", "hardened", "--jobs", "1"]) == 0
     out = capsys.readouterr().out
     assert scope_line(("hardened",), Scope(), True) in out
+
+
+def test_unknown_results_say_the_timeout_caused_them(capsys):
+    from prefill_delayer.proofs.cli import main
+
+    assert main(["prove", "--profile", "hardened", "--jobs", "1", "--timeout-ms", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "unknown because the solver hit --timeout-ms 1" in out
+    assert "is unknown, expected proved" in out
