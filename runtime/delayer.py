@@ -33,6 +33,7 @@ from ..spec.table import IDLE
 from ..spec.view import F_ERROR, F_FINGERPRINT, ROW_LEN, gathered_view
 from .errors import CollectiveError, ConfigMismatchError, PeerInputError
 from .gather import GatherFn, default_gather, describe
+from . import metrics as _metrics
 from .metrics import record_single_pass_result
 from .server_args import get_bool_env_var
 
@@ -56,7 +57,9 @@ class PrefillDelayer:
     ``gather`` (a ``gather(row) -> rows`` callable that replaces the collective;
     see ``runtime.inprocess``), ``clock`` (seconds, default ``time.perf_counter``;
     read exactly once per pass) and ``attn_cp_size`` (attention context-parallel
-    ranks per DP group, profiles from sglang-0.5.22 on).
+    ranks per DP group, profiles from sglang-0.5.22 on) and ``debug_log_enabled``
+    (SGLang 0.5.18's switch for the debug log lines, which also need
+    ``SGLANG_PREFILL_DELAYER_DEBUG_LOG``).
 
     ``server_args`` is read for ``enable_dp_attention``, ``disable_overlap_schedule``,
     ``prefill_delayer_queue_min_ratio``, ``prefill_delayer_max_delay_ms`` and
@@ -82,6 +85,7 @@ class PrefillDelayer:
         gather: Optional[GatherFn] = None,
         clock: Optional[Callable[[], float]] = None,
         attn_cp_size: int = 1,
+        debug_log_enabled: bool = True,
     ) -> None:
         self.config = Config(
             max_delay_passes=max_delay_passes,
@@ -105,6 +109,8 @@ class PrefillDelayer:
         self._max_delay_ms = c.max_delay_ms
         self._queue_trigger_enabled = c.queue_on
         self._metrics_collector = metrics_collector
+        # As the releases from 0.5.18 on: the debug log needs both the variable and this switch.
+        self._debug_log_enabled = _metrics._DEBUG_LOG and bool(debug_log_enabled)
         logger.info(
             f"PrefillDelayer initialized with "
             f"max_delay_passes={c.max_delay_passes} "
@@ -327,7 +333,7 @@ class PrefillDelayerSinglePassExecutor:
             self.negotiate_should_allow_prefill(local_prefillable=False)
             result = self._result
         delayer = self._prefill_delayer
-        record_single_pass_result(actual_prefill, result, delayer._metrics_collector)
+        record_single_pass_result(actual_prefill, result, delayer._metrics_collector, debug_log_enabled=delayer._debug_log_enabled)
         delayer.finalize()
 
     def negotiate_should_allow_prefill(

@@ -126,9 +126,15 @@ class PrometheusPrefillDelayerMetrics:
         child.inc(1)
 
 
-def record_single_pass_result(actual_execution: bool, output: Any, metrics_collector: Optional[Any]) -> None:
-    """The seed's ``_record_single_pass_result``: optional debug log, then the metrics hook."""
-    if _DEBUG_LOG:
+def record_single_pass_result(
+    actual_execution: bool, output: Any, metrics_collector: Optional[Any], *, debug_log_enabled: Optional[bool] = None
+) -> None:
+    """The seed's ``_record_single_pass_result``: optional debug log, then the metrics hook.
+
+    ``debug_log_enabled`` is the releases' per-delayer switch (0.5.18 on: on attn-TP rank 0 only),
+    already combined with ``SGLANG_PREFILL_DELAYER_DEBUG_LOG``; ``None`` reads the variable alone, as the seed does.
+    """
+    if _DEBUG_LOG if debug_log_enabled is None else debug_log_enabled:
         if output.output_allow and output.output_reason == "wait_timeout":
             logger.info(
                 f"PrefillDelayer timeout thus not forbid prefill "

@@ -1,0 +1,1 @@
+"""Bindings of the runtime into serving engines (``integrations.sglang``: SGLang's scheduler)."""

@@ -1,0 +1,163 @@
+"""The ``sglang.srt.plugins`` entry point (``register``) and ``install``, the same by hand.
+
+SGLang (0.5.14 on) calls ``register`` in every process that runs
+``sglang.srt.plugins.load_plugins()``, the scheduler's included. It does
+nothing unless ``PREFILL_DELAYER_PROFILE`` is set (to a profile, a release
+``sglang-X``, or ``sglang`` for the installed release's own profile); then it
+REPLACEs SGLang's ``PrefillDelayer`` and ``PrefillDelayerSinglePassExecutor``
+with classes that have the installed release's constructor and decide as that
+profile, and logs one line naming the profile and the spec hash.
+
+A bad value must stop the server, never leave SGLang's own delayer running:
+``load_plugins`` logs and swallows any ``Exception`` a plugin raises, so
+``register`` turns every failure into ``SystemExit`` with one clear line.
+For the same reason this module imports only the standard library at import:
+``load_plugins`` also swallows a plugin that fails to load.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from typing import Optional
+
+PROFILE_ENV = "PREFILL_DELAYER_PROFILE"
+INSTALLED = "sglang"  # the value that means: the installed release's own profile
+TARGET_MODULE = "sglang.srt.managers.prefill_delayer"
+TARGETS = ("PrefillDelayer", "PrefillDelayerSinglePassExecutor")
+
+logger = logging.getLogger("prefill_delayer.integrations.sglang")
+
+
+class PluginError(RuntimeError):
+    """SGLang is missing, or is a release whose scheduler we have not read."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What a setting resolves to."""
+
+    setting: str  # as given
+    profile: str  # canonical profile name
+    release: str  # the installed SGLang release
+
+    def classes(self) -> tuple[type, type]:
+        from .releases import classes_for
+
+        return classes_for(self.release, self.profile)
+
+
+def resolve(setting: str) -> Choice:
+    """The profile ``setting`` names, and the installed release (whose constructor the classes get).
+
+    ``ConfigError`` for a name that is no profile or known release (listing the
+    known ones); ``PluginError`` when SGLang is absent or its release unknown.
+    """
+    from ...spec.errors import ConfigError
+    from ...spec.profiles import PROFILES, RELEASES, resolve_profile
+    from .releases import API_OF_RELEASE
+
+    try:
+        import sglang
+    except ImportError as err:
+        raise PluginError(f"SGLang is not importable here ({err})") from err
+    version = str(getattr(sglang, "__version__", "unknown"))
+    known = ", ".join(f"sglang-{r}" for r in RELEASES)
+    if setting == INSTALLED:
+        if version not in RELEASES:
+            raise ConfigError(
+                f"{INSTALLED!r} means the profile of the installed SGLang, {version}, which is not a release this "
+                f"package knows ({known}); name a profile instead: {', '.join(PROFILES)}"
+            )
+        requested = f"sglang-{version}"
+    else:
+        requested = setting
+    profile = resolve_profile(requested)
+    if version not in API_OF_RELEASE:
+        raise PluginError(
+            f"the installed SGLang is {version}, whose PrefillDelayer constructor this package does not know "
+            f"(known: {', '.join(API_OF_RELEASE)}); use one of those releases or unset {PROFILE_ENV}"
+        )
+    return Choice(setting, profile, version)
+
+
+def register() -> None:
+    """The entry point: REPLACE SGLang's two classes when ``PREFILL_DELAYER_PROFILE`` is set; else nothing."""
+    setting = os.environ.get(PROFILE_ENV, "")
+    if setting == "":
+        return
+    try:
+        choice = resolve(setting)
+        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+        for name, cls in zip(TARGETS, choice.classes()):
+            HookRegistry.register(f"{TARGET_MODULE}.{name}", cls, HookType.REPLACE)
+    except Exception as err:  # noqa: BLE001 - any failure stops the process: never SGLang's delayer instead
+        raise SystemExit(f"prefill-delayer: {PROFILE_ENV}={setting!r}: {err}") from err
+    _announce(choice, "plugin")
+
+
+def install(profile: str = INSTALLED) -> tuple[type, type]:
+    """Put our classes in place of SGLang's in this process, without the plugin framework.
+
+    Replaces both names in ``sglang.srt.managers.prefill_delayer`` and every
+    loaded module that imported them (the scheduler and ``schedule_policy``
+    do ``from ... import``), as the framework's REPLACE does; a module imported
+    later gets ours from the start. Call it in each scheduler process before
+    the scheduler is built. Returns the two classes. Raises ``ConfigError`` /
+    ``PluginError`` (nothing is replaced then).
+    """
+    choice = resolve(profile)
+    new = choice.classes()
+    module = importlib.import_module(TARGET_MODULE)
+    for name, cls in zip(TARGETS, new):
+        old = getattr(module, name)
+        setattr(module, name, cls)
+        for other in list(sys.modules.values()):
+            if other is None or other is module:
+                continue
+            try:
+                names = [k for k, v in vars(other).items() if v is old]
+            except TypeError:
+                continue
+            for k in names:
+                setattr(other, k, cls)
+    _announce(choice, "install")
+    return new
+
+
+# ----- the one line per process ------------------------------------------------------
+
+_announced = False
+_pending: Optional[str] = None
+
+
+def _announce(choice: Choice, how: str) -> None:
+    """Log the line now if logging would show it; else when the first delayer is built.
+
+    A scheduler process loads plugins before it sets up logging, so a line
+    logged then would be lost; the delayer is built after.
+    """
+    global _pending
+    from ...spec.hashing import spec_hash
+
+    if _announced:
+        return
+    _pending = (
+        f"prefill-delayer active ({how}): SGLang {choice.release}'s PrefillDelayer and "
+        f"PrefillDelayerSinglePassExecutor replaced; profile {choice.profile} "
+        f"({PROFILE_ENV if how == 'plugin' else 'install'}={choice.setting}), spec {spec_hash()}"
+    )
+    flush_announcement()
+
+
+def flush_announcement() -> None:
+    """Log the pending line once per process, as soon as logging shows INFO lines (every shell constructor asks)."""
+    global _announced, _pending
+    if _pending is not None and not _announced and logger.isEnabledFor(logging.INFO) and logger.hasHandlers():
+        _announced = True
+        logger.info(_pending)
+        _pending = None
