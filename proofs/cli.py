@@ -42,6 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
     docs = sub.add_parser("docs", help="generate docs/transitions.md (and its diagram) from the spec")
     docs.add_argument("--check", action="store_true", help="exit 1 with a diff when the committed docs are stale")
     docs.add_argument("--out", metavar="DIR", default=None, help="docs folder (default: the repository's docs/)")
+
+    from ..sim.options import add_arguments as add_simulate_arguments  # argparse only: no simulator, no matplotlib
+
+    simulate = sub.add_parser("simulate", help="run a workload through the real delayer on N lock-step DP ranks; compare profiles")
+    add_simulate_arguments(simulate)
     return parser
 
 
@@ -51,6 +56,8 @@ def _runner(command: str) -> Callable[[Any], int]:
         from .prove import main as run
     elif command == "replay":
         from .replay import main as run
+    elif command == "simulate":
+        from ..sim.cli import run
     else:
         from ..fsm.docs import main as run
     return run

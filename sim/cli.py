@@ -1,0 +1,225 @@
+"""``prefill-delayer simulate``: build the run from the options, simulate, print the tables.
+
+Any mistake in the options, the trace or the workload is one line on stderr and
+exit 2 (``main`` in ``proofs.cli`` prints it); the run itself writes the tables
+on stdout, the progress bar (when shown) on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any, Optional, TextIO
+
+from ..proofs.cli_checks import out_file_problem
+from .config import SimConfig, Variant
+from .cost import SGLANG_35241, CostModel
+from .engine import simulate
+from .errors import SimInputError
+from .options import PROGRESS_AUTO, SCENARIOS, settings
+from .report import report, to_json
+from .trace import load_trace
+from .workload import Burst, Bursty, Lengths, LongPrompt, Mix, Poisson, Workload
+
+# Which workloads each workload option applies to.
+_APPLIES = {
+    "rate": ("poisson", "bursty"),
+    "burst": ("bursty",),
+    "concurrency": ("long-prompt",),
+    "drift": ("long-prompt",),
+    "prompt_tokens": ("poisson", "bursty", "long-prompt"),
+    "output_tokens": ("poisson", "bursty", "long-prompt"),
+    "trace": ("trace",),
+}
+_WORKLOAD_KEYS = (*_APPLIES, "wave", "wave_prompt_tokens", "wave_output_tokens")
+_REQUIRED = {
+    "poisson": ("rate", "prompt_tokens", "output_tokens"),
+    "bursty": ("rate", "burst", "prompt_tokens", "output_tokens"),
+    "long-prompt": ("concurrency", "prompt_tokens", "output_tokens"),
+    "trace": ("trace",),
+}
+
+
+def _flag(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+def build(args: argparse.Namespace) -> tuple[SimConfig, list[Variant], Workload, dict[str, Any]]:
+    """The run's settings from the options; ``SimInputError`` for anything wrong."""
+    s, given = settings(args)
+    scenario = s["scenario"]
+    if scenario is not None and "workload" in given and given and s["workload"] != SCENARIOS[scenario].get("workload"):
+        # Another workload than the scenario's: its workload options no longer apply.
+        for key in _WORKLOAD_KEYS:
+            if key not in given:
+                s[key] = None
+    for problem in (out_file_problem("--json", s["json"]), out_file_problem("--plot", s["plot"])):
+        if problem:
+            raise SimInputError(problem)
+    config = _config(s)
+    workload = _workload(s, given, config)
+    tracker = s["tracker"]
+    variants = [Variant.of(name, tracker) for name in dict.fromkeys(s["profile"])]
+    return config, variants, workload, s
+
+
+def _config(s: dict[str, Any]) -> SimConfig:
+    cost = SGLANG_35241
+    if any(s[k] is not None for k in ("cost_base", "cost_prefill_token", "cost_decode_request")):
+        cost = CostModel(
+            base_s=cost.base_s if s["cost_base"] is None else s["cost_base"],
+            prefill_token_s=cost.prefill_token_s if s["cost_prefill_token"] is None else s["cost_prefill_token"],
+            decode_request_s=cost.decode_request_s if s["cost_decode_request"] is None else s["cost_decode_request"],
+            source="--cost-* options",
+        )
+    return SimConfig(
+        dp_size=s["dp_size"],
+        max_running_requests=s["max_running_requests"],
+        max_total_tokens=s["max_total_tokens"],
+        chunked_prefill_size=s["chunked_prefill_size"],
+        max_prefill_tokens=s["max_prefill_tokens"],
+        enable_mixed_chunk=s["mixed_chunk"],
+        max_delay_passes=s["max_delay_passes"],
+        token_usage_low_watermark=s["token_usage_low_watermark"],
+        queue_min_ratio=s["queue_min_ratio"],
+        max_delay_ms=s["max_delay_ms"],
+        prefill_max_requests=s["prefill_max_requests"],
+        passes=s["passes"],
+        duration_s=s["duration"],
+        warmup_s=s["warmup"],
+        seed=s["seed"],
+        cost=cost,
+        gather=s["gather"],
+    )
+
+
+def _workload(s: dict[str, Any], given: set[str], config: SimConfig) -> Workload:
+    kind = s["workload"]
+    if kind is None:
+        raise SimInputError("no workload: name one with --workload {poisson,bursty,long-prompt,trace}, or start from --scenario")
+    for key, kinds in _APPLIES.items():
+        if key in given and kind not in kinds:
+            raise SimInputError(f"{_flag(key)} does not apply to --workload {kind} (only to {', '.join(kinds)})")
+    for key in ("wave_prompt_tokens", "wave_output_tokens"):
+        if key in given and s["wave"] is None:
+            raise SimInputError(f"{_flag(key)} needs --wave")
+    if "wave" in given and kind == "long-prompt":
+        raise SimInputError("--wave does not apply to --workload long-prompt (a closed loop keeps --concurrency requests in flight)")
+    missing = [_flag(k) for k in _REQUIRED[kind] if s[k] is None]
+    if missing:
+        raise SimInputError(f"--workload {kind} needs {', '.join(missing)}")
+    if kind == "trace":
+        main: Workload = load_trace(s["trace"])
+    else:
+        prompt = Lengths.parse(s["prompt_tokens"], "--prompt-tokens")
+        output = Lengths.parse(s["output_tokens"], "--output-tokens")
+        if kind == "poisson":
+            main = Poisson(rate=s["rate"], prompt=prompt, output=output)
+        elif kind == "bursty":
+            main = Bursty(rate=s["rate"], burst=s["burst"], prompt=prompt, output=output)
+        else:
+            main = LongPrompt(concurrency=s["concurrency"], prompt=prompt, output=output, drift=_drift(s["drift"], config.dp_size))
+    wave = s["wave"]
+    if wave is None:
+        return main
+    if isinstance(wave, bool) or not isinstance(wave, int) or wave < 1:
+        raise SimInputError(f"--wave must be an integer >= 1 (requests per rank), got {wave!r}")
+    wave_prompt = s["wave_prompt_tokens"] or s["prompt_tokens"]
+    wave_output = s["wave_output_tokens"] or s["output_tokens"]
+    if wave_prompt is None or wave_output is None:
+        raise SimInputError("--wave needs --wave-prompt-tokens and --wave-output-tokens with --workload trace")
+    burst = Burst(
+        count=wave * config.dp_size,
+        prompt=Lengths.parse(wave_prompt, "--wave-prompt-tokens"),
+        output=Lengths.parse(wave_output, "--wave-output-tokens"),
+    )
+    return Mix((burst, main))
+
+
+def _drift(text: Optional[str], dp_size: int) -> tuple:
+    if text is None:
+        return ()
+    text = str(text).strip()
+    if text.startswith("random:"):
+        try:
+            k = int(text[len("random:"):])
+        except ValueError:
+            k = -1
+        if k < 0:
+            raise SimInputError(f"--drift random:K needs an integer K >= 0, got {text!r}")
+        return ("random", k)
+    try:
+        values = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise SimInputError(f"--drift must be whole chunks per rank (D or D,D,...) or random:K, got {text!r}") from None
+    if any(v < 0 for v in values):
+        raise SimInputError(f"--drift chunks must be >= 0, got {text!r}")
+    if len(values) == 1:
+        return tuple(values * dp_size)
+    if len(values) != dp_size:
+        raise SimInputError(f"--drift lists {len(values)} ranks, but --dp-size is {dp_size}")
+    return tuple(values)
+
+
+class ProgressBar:
+    """``label [#####.....] 45%  4500 passes, 3200 passes/s`` redrawn on one stderr line."""
+
+    def __init__(self, config: SimConfig, stream: TextIO) -> None:
+        self._stream = stream
+        self._passes = config.passes
+        self._duration = config.duration_s
+        self._last = 0.0
+        self._started: dict[str, float] = {}
+
+    def __call__(self, label: str, done: int, planned: int, sim_s: float = 0.0, final: bool = False) -> None:
+        now = time.perf_counter()
+        start = self._started.setdefault(label, now)
+        if not final and now - self._last < 0.1:
+            return
+        self._last = now
+        frac = done / self._passes
+        if self._duration:
+            frac = max(frac, sim_s / self._duration)
+        frac = min(frac, 1.0) if not final else 1.0
+        rate = done / max(now - start, 1e-9)
+        bar = "#" * int(frac * 30)
+        self._stream.write(f"\r{label:>16} [{bar:<30}] {100 * frac:3.0f}%  {done} passes, {rate:,.0f} passes/s ")
+        if final:
+            self._stream.write("\n")
+        self._stream.flush()
+
+
+def main(args: argparse.Namespace, stdout: TextIO = sys.stdout, stderr: TextIO = sys.stderr) -> int:
+    config, variants, workload, s = build(args)
+    show = s["progress"]
+    if show == PROGRESS_AUTO:
+        show = stderr.isatty()
+    progress = ProgressBar(config, stderr) if show else None
+    results = simulate(config, variants, workload, progress)
+    stdout.write(report(results) + "\n")
+    if s["json"]:
+        _write(s["json"], to_json(results, s["scenario"]) + "\n")
+    if s["plot"]:
+        from .plot import plot
+
+        title = f"SGLang #{s['scenario']} scenario" if s["scenario"] else ""
+        plot(results, s["plot"], title=title)
+    return 0
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as exc:
+        raise SimInputError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    """The subcommand's entry point: a user's mistake is one line on stderr and exit 2, never a traceback."""
+    try:
+        return main(args)
+    except SimInputError as exc:
+        sys.stderr.write(f"prefill-delayer simulate: {exc}\n")
+        return 2

@@ -1,0 +1,136 @@
+"""The settings of one simulation, validated up front (``SimInputError`` names the bad one)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Optional
+
+from ..spec.config import PARAMETER_BY_NAME
+from ..spec.errors import ConfigError
+from ..spec.profiles import known_profile, resolve_profile
+from .cost import SGLANG_35241, CostModel
+from .errors import SimInputError
+from .trackers import TRACKERS, tracker_for
+
+GATHERS = ("lockstep", "threads")
+OFF = "off"  # the variant without a delayer (SGLang without --enable-prefill-delayer)
+
+
+def _int_at_least(name: str, value: Any, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise SimInputError(f"invalid {name}={value!r}: expected an integer >= {low}")
+
+
+def _seconds(name: str, value: Any, allow_none: bool = True) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise SimInputError(f"invalid {name}={value!r}: expected a finite number of seconds >= 0")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """The engine (per DP rank, as each rank's scheduler sees it), the delayer's settings, and the run's length.
+
+    ``max_running_requests`` and ``max_total_tokens`` are per DP rank (SGLang
+    divides the server's ``--max-running-requests`` by the DP size).
+    ``chunked_prefill_size`` is the per-pass chunk budget; ``max_prefill_tokens``
+    the per-pass input budget (SGLang's ``rem_input_tokens``).
+    """
+
+    dp_size: int = 8
+    max_running_requests: int = 128
+    max_total_tokens: int = 1_000_000
+    chunked_prefill_size: int = 16384
+    max_prefill_tokens: int = 16384
+    enable_mixed_chunk: bool = False
+    # The delayer (SGLang's --prefill-delayer-* options).
+    max_delay_passes: int = 30
+    token_usage_low_watermark: Optional[float] = None
+    queue_min_ratio: Optional[float] = None
+    max_delay_ms: Optional[float] = None
+    prefill_max_requests: Optional[int] = None
+    # The run.
+    passes: int = 10_000
+    duration_s: Optional[float] = None
+    warmup_s: float = 0.0
+    seed: int = 0
+    cost: CostModel = field(default=SGLANG_35241)
+    gather: str = "lockstep"
+
+    def __post_init__(self) -> None:
+        _int_at_least("dp_size (ranks)", self.dp_size, 1)
+        _int_at_least("max_running_requests", self.max_running_requests, 1)
+        _int_at_least("max_total_tokens", self.max_total_tokens, 1)
+        _int_at_least("chunked_prefill_size (the chunk budget)", self.chunked_prefill_size, 1)
+        _int_at_least("max_prefill_tokens", self.max_prefill_tokens, 1)
+        _int_at_least("passes", self.passes, 1)
+        _int_at_least("seed", self.seed, 0)
+        _seconds("duration_s", self.duration_s)
+        if self.duration_s is not None and self.duration_s <= 0:
+            raise SimInputError(f"invalid duration_s={self.duration_s!r}: expected seconds > 0")
+        _seconds("warmup_s", self.warmup_s, allow_none=False)
+        if self.duration_s is not None and self.warmup_s >= self.duration_s:
+            raise SimInputError(f"warmup_s={self.warmup_s:g} must be shorter than duration_s={self.duration_s:g}")
+        if not isinstance(self.enable_mixed_chunk, bool):
+            raise SimInputError(f"invalid enable_mixed_chunk={self.enable_mixed_chunk!r}: expected a bool")
+        if self.enable_mixed_chunk and self.chunked_prefill_size <= self.max_running_requests:
+            raise SimInputError(
+                f"with mixed chunks each running request's decode token comes out of the chunk budget: "
+                f"chunked_prefill_size={self.chunked_prefill_size} must exceed max_running_requests={self.max_running_requests}"
+            )
+        if self.gather not in GATHERS:
+            raise SimInputError(f"invalid gather={self.gather!r}: expected one of {', '.join(GATHERS)}")
+        if not isinstance(self.cost, CostModel):
+            raise SimInputError(f"invalid cost={self.cost!r}: expected a CostModel")
+        for name, param in (
+            ("max_delay_passes", "max_delay_passes"),
+            ("token_usage_low_watermark", "token_usage_low_watermark"),
+            ("queue_min_ratio", "queue_min_ratio"),
+            ("max_delay_ms", "max_delay_ms"),
+            ("prefill_max_requests", "prefill_max_requests"),
+        ):
+            spec = PARAMETER_BY_NAME[param]
+            if not spec.check(getattr(self, name)):
+                raise SimInputError(f"invalid {name}={getattr(self, name)!r}: expected {spec.valid}")
+
+    def replace(self, **changes: Any) -> "SimConfig":
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One policy to simulate: a profile or release name, and the ``max_prefill_bs`` tracker.
+
+    ``name`` is what the user asked for (``seed``, ``sglang-0.5.18``, ``hardened``);
+    ``profile`` the canonical profile; ``tracker`` the one chosen explicitly or,
+    by default, the one of the release ``name`` stands for (``trackers.tracker_for``).
+    """
+
+    name: str
+    profile: Optional[str]  # None: no delayer at all (``off``)
+    tracker: str
+    tracker_source: str  # "release" or "option"
+
+    @classmethod
+    def of(cls, name: Any, tracker: Optional[str] = None) -> "Variant":
+        if name == OFF:
+            chosen = tracker if tracker is not None else tracker_for("hardened")
+            if chosen not in TRACKERS:
+                raise SimInputError(f"unknown max_prefill_bs tracker {tracker!r}: expected one of {', '.join(TRACKERS)}")
+            return cls(OFF, None, chosen, "option" if tracker is not None else "release")
+        if not known_profile(name):
+            try:
+                resolve_profile(name)
+            except ConfigError as exc:
+                raise SimInputError(f"{exc}; or {OFF} (no delayer)") from None
+        if tracker is not None and tracker not in TRACKERS:
+            raise SimInputError(f"unknown max_prefill_bs tracker {tracker!r}: expected one of {', '.join(TRACKERS)}")
+        chosen = tracker if tracker is not None else tracker_for(name)
+        return cls(name, resolve_profile(name), chosen, "option" if tracker is not None else "release")
+
+    @property
+    def label(self) -> str:
+        """The name, with the tracker when it is not the release's own."""
+        return self.name if self.tracker == tracker_for(self.name) else f"{self.name}+{self.tracker}"

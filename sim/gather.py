@@ -1,0 +1,147 @@
+"""Two ways to run one pass's collective round over every rank's real ``PrefillDelayer``.
+
+In SGLang each rank's scheduler reaches its delayer call and blocks in the
+all-gather until every rank has arrived. Both drivers below run exactly that:
+each rank's own ``PrefillDelayer.negotiate`` (through its
+``PrefillDelayerSinglePassExecutor``), with its own row, over a ``gather``
+that hands every rank the rows of the pass.
+
+* ``LockstepGather`` (default): one thread. A rank's gather stores its row and
+  starts the next rank's call, whose gather does the same; the last rank's
+  gather has every row, and each gather returns them as the calls unwind. Each
+  ``negotiate`` runs once, in rank order, without a thread switch; the ranks
+  are nested ``depth`` deep on the stack (a few frames each).
+* ``ThreadedGather``: one thread per rank, over ``runtime.InProcessGroup`` (the
+  barrier-based in-process gather of the runtime), driven pass by pass.
+
+``sim.bench`` times both; they make identical decisions (tested).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Callable, Optional, Sequence
+
+from ..runtime.gather import GatherFn
+from ..runtime.inprocess import InProcessGroup
+
+Call = Callable[[], None]
+# Stack frames one rank adds while it waits inside its gather (negotiate, the executor, the gather).
+_FRAMES_PER_RANK = 6
+
+
+class LockstepGather:
+    """A single-threaded all-gather for ``world_size`` ranks whose calls are run as one round."""
+
+    def __init__(self, world_size: int) -> None:
+        self.world_size = world_size
+        self._rows: list[Optional[Sequence[int]]] = [None] * world_size
+        self._calls: Sequence[Call] = ()
+        self._flat: list[int] = []
+        self._needed_depth = sys.getrecursionlimit()
+        need = _FRAMES_PER_RANK * world_size + 200
+        if need > sys.getrecursionlimit():
+            self._needed_depth = need
+
+    def gather_for(self, rank: int) -> "_LockstepEnd":
+        return _LockstepEnd(self, rank)
+
+    def run_round(self, calls: Sequence[Call]) -> None:
+        """Run every rank's call (each takes part in the gather exactly once)."""
+        self._calls = calls
+        limit = sys.getrecursionlimit()
+        if self._needed_depth > limit:
+            sys.setrecursionlimit(self._needed_depth)
+        try:
+            calls[0]()
+        finally:
+            if self._needed_depth > limit:
+                sys.setrecursionlimit(limit)
+            self._calls = ()
+
+    def close(self) -> None:
+        """Nothing to release (the threaded driver's counterpart stops its threads)."""
+
+    def _exchange(self, rank: int, row: Sequence[int]) -> list[int]:
+        self._rows[rank] = row
+        if rank + 1 < self.world_size:
+            self._calls[rank + 1]()  # the next rank's pass, up to and through its own gather
+        else:
+            self._flat = [x for r in self._rows for x in r]  # type: ignore[union-attr]
+        return self._flat
+
+
+class _LockstepEnd:
+    """Rank ``rank``'s gather: ``gather_flat`` is what ``PrefillDelayer`` calls when present."""
+
+    __slots__ = ("_group", "rank", "world_size", "description")
+
+    def __init__(self, group: LockstepGather, rank: int) -> None:
+        self._group = group
+        self.rank = rank
+        self.world_size = group.world_size
+        self.description = f"lock-step in-process gather ({group.world_size} ranks, this rank {rank})"
+
+    def gather_flat(self, row: Sequence[int]) -> list[int]:
+        return self._group._exchange(self.rank, row)
+
+    def __call__(self, row: Sequence[int]) -> list[list[int]]:
+        flat = self.gather_flat(row)
+        n = len(row)
+        return [flat[i : i + n] for i in range(0, len(flat), n)]
+
+
+class ThreadedGather:
+    """One thread per rank over ``InProcessGroup``; ``run_round`` runs each rank's call in its thread."""
+
+    def __init__(self, world_size: int, timeout_s: float = 60.0) -> None:
+        self.world_size = world_size
+        self._group = InProcessGroup(world_size, timeout_s)
+        self._start = threading.Barrier(world_size + 1)
+        self._done = threading.Barrier(world_size + 1)
+        self._calls: Sequence[Call] = ()
+        self._errors: list[BaseException] = []
+        self._stop = False
+        self._threads = [threading.Thread(target=self._worker, args=(r,), name=f"sim-rank-{r}", daemon=True) for r in range(world_size)]
+        for t in self._threads:
+            t.start()
+
+    def gather_for(self, rank: int) -> GatherFn:
+        return self._group.gather_for(rank)
+
+    def run_round(self, calls: Sequence[Call]) -> None:
+        self._calls = calls
+        self._start.wait()
+        self._done.wait()
+        if self._errors:
+            error = self._errors[0]
+            self.close()
+            raise error
+
+    def close(self) -> None:
+        if self._stop:
+            return
+        self._stop = True
+        try:
+            self._start.wait(timeout=5.0)
+        except threading.BrokenBarrierError:
+            pass
+        for t in self._threads:
+            t.join(timeout=5.0)
+
+    def _worker(self, rank: int) -> None:
+        while True:
+            self._start.wait()
+            if self._stop:
+                return
+            try:
+                self._calls[rank]()
+            except BaseException as err:  # noqa: BLE001 - re-raised by run_round in the main thread
+                self._errors.append(err)
+                self._group.abort()
+            self._done.wait()
+
+
+def make_gather(kind: str, world_size: int) -> "LockstepGather | ThreadedGather":
+    return LockstepGather(world_size) if kind == "lockstep" else ThreadedGather(world_size)

@@ -1,0 +1,155 @@
+"""The ``simulate`` subcommand's options and scenarios: argparse only, so the CLI can list them
+without loading the simulator (``sim.cli`` runs it).
+
+Every option defaults to "not given"; a run's settings are the base defaults,
+then the ``--scenario``'s, then the options given, in that order.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..spec.profiles import PROFILES
+
+WORKLOADS = ("poisson", "bursty", "long-prompt", "trace")
+PROGRESS_AUTO = "auto"
+
+# Without --scenario. A workload must be named (--workload or --scenario).
+BASE: dict[str, Any] = {
+    "dp_size": 8,
+    "passes": 10_000,
+    "duration": None,
+    "warmup": 0.0,
+    "seed": 0,
+    "max_running_requests": 128,
+    "max_total_tokens": 1_000_000,
+    "chunked_prefill_size": 16384,
+    "max_prefill_tokens": 16384,
+    "mixed_chunk": False,
+    "max_delay_passes": 30,
+    "token_usage_low_watermark": None,
+    "queue_min_ratio": None,
+    "max_delay_ms": None,
+    "prefill_max_requests": None,
+    "profile": list(PROFILES),
+    "tracker": None,
+    "workload": None,
+    "rate": None,
+    "burst": None,
+    "concurrency": None,
+    "drift": None,
+    "prompt_tokens": None,
+    "output_tokens": None,
+    "trace": None,
+    "wave": None,
+    "wave_prompt_tokens": None,
+    "wave_output_tokens": None,
+    "cost_base": None,
+    "cost_prefill_token": None,
+    "cost_decode_request": None,
+    "gather": "lockstep",
+    "plot": None,
+    "json": None,
+    "progress": PROGRESS_AUTO,
+}
+
+SCENARIOS: dict[str, dict[str, Any]] = {
+    # SGLang #32880: Kimi-K3, dp16, 128 running slots per rank, saturated; a refill
+    # wave (prefix-cached prompts, few tokens to compute) ratchets max_prefill_bs.
+    "32880": {
+        "dp_size": 16,
+        "max_running_requests": 128,
+        "max_total_tokens": 1_300_000,
+        "chunked_prefill_size": 8192,
+        "max_prefill_tokens": 16384,
+        "workload": "poisson",
+        "rate": 12.0,
+        "prompt_tokens": "2000:6000",
+        "output_tokens": "500:1500",
+        "wave": 80,
+        "wave_prompt_tokens": "64",
+        "wave_output_tokens": "200:600",
+        "passes": 1_000_000,
+        "duration": 900.0,
+        "warmup": 120.0,
+        "profile": ["seed", "sglang-0.5.17", "sglang-0.5.18", "hardened"],
+    },
+    # SGLang #35241: DeepSeek-V4-Pro, DP=8 with DP attention, 16k chunks, long prompts,
+    # closed loop; --drift sets how far apart (in chunks) the ranks start.
+    "35241": {
+        "dp_size": 8,
+        "max_running_requests": 64,
+        "max_total_tokens": 1_000_000,
+        "chunked_prefill_size": 16384,
+        "max_prefill_tokens": 16384,
+        "workload": "long-prompt",
+        "concurrency": 16,
+        "prompt_tokens": "90000",
+        "output_tokens": "16",
+        "drift": "0",
+        "passes": 1_000_000,
+        "duration": 1200.0,
+        "warmup": 200.0,
+        "profile": ["seed", "sglang-0.5.17", "sglang-0.5.22", "hardened", "off"],
+    },
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``simulate`` options (every default is "not given": see the module docstring)."""
+    S = argparse.SUPPRESS
+    p.add_argument("--scenario", choices=sorted(SCENARIOS), default=S, help="start from a calibration scenario's settings (SGLang #32880 or #35241); options given override them")
+    p.add_argument("--profile", action="append", metavar="NAME", default=S, help=f"policy to simulate (repeatable): {', '.join(PROFILES)}, sglang-X for a release X, or off (no delayer); default: every profile, or the scenario's")
+    p.add_argument("--tracker", choices=("lifetime", "decay", "window"), default=S, help="max_prefill_bs tracker for every profile; default: each release's own (lifetime up to 0.5.16, decay in 0.5.17, window from 0.5.18; window for hardened and off)")
+    g = p.add_argument_group("engine (per DP rank)")
+    g.add_argument("--dp-size", type=int, metavar="N", default=S, help="DP ranks (default 8)")
+    g.add_argument("--max-running-requests", type=int, metavar="N", default=S, help="running requests per rank (default 128)")
+    g.add_argument("--max-total-tokens", type=int, metavar="N", default=S, help="KV cache tokens per rank (default 1000000)")
+    g.add_argument("--chunked-prefill-size", type=int, metavar="N", default=S, help="chunk budget: prefill tokens per rank per pass (default 16384)")
+    g.add_argument("--max-prefill-tokens", type=int, metavar="N", default=S, help="input-token budget per pass (default 16384)")
+    g.add_argument("--mixed-chunk", action="store_true", default=S, help="decode the running requests in prefill passes too (SGLang --enable-mixed-chunk)")
+    d = p.add_argument_group("delayer (SGLang's --prefill-delayer-* options)")
+    d.add_argument("--max-delay-passes", type=int, metavar="N", default=S, help="default 30")
+    d.add_argument("--token-usage-low-watermark", type=float, metavar="X", default=S, help="default: off")
+    d.add_argument("--queue-min-ratio", type=float, metavar="R", default=S, help="queue trigger; default: off")
+    d.add_argument("--max-delay-ms", type=float, metavar="MS", default=S, help="queue-wait cap in simulated ms (default 5000)")
+    d.add_argument("--prefill-max-requests", type=int, metavar="N", default=S, help="default: unset")
+    w = p.add_argument_group("workload")
+    w.add_argument("--workload", choices=WORKLOADS, default=S, help="arrivals: poisson, bursty, long-prompt (closed loop) or trace (replay --trace)")
+    w.add_argument("--rate", type=float, metavar="R", default=S, help="requests per second (poisson, bursty)")
+    w.add_argument("--burst", type=int, metavar="N", default=S, help="requests per burst (bursty)")
+    w.add_argument("--concurrency", type=int, metavar="N", default=S, help="requests in flight (long-prompt)")
+    w.add_argument("--drift", metavar="D,D,...|random:K", default=S, help="long-prompt: chunks each rank starts ahead (one per rank, or one for all), or a seeded draw from 0..K")
+    w.add_argument("--prompt-tokens", metavar="N|LO:HI", default=S, help="prompt tokens, fixed or uniform")
+    w.add_argument("--output-tokens", metavar="N|LO:HI", default=S, help="output tokens, fixed or uniform")
+    w.add_argument("--trace", metavar="FILE", default=S, help="CSV or JSONL with arrival, prompt_tokens, output_tokens (trace)")
+    w.add_argument("--wave", type=int, metavar="N", default=S, help="also N requests per rank arriving together at t=0 (a refill after a drain)")
+    w.add_argument("--wave-prompt-tokens", metavar="N|LO:HI", default=S, help="the wave's prompt tokens (default: --prompt-tokens)")
+    w.add_argument("--wave-output-tokens", metavar="N|LO:HI", default=S, help="the wave's output tokens (default: --output-tokens)")
+    c = p.add_argument_group("pass cost: max over ranks of BASE + PREFILL_TOKEN*prefill_tokens + DECODE_REQUEST*decode_requests (seconds)")
+    c.add_argument("--cost-base", type=float, metavar="S", default=S, help="default 0.040 (assumed)")
+    c.add_argument("--cost-prefill-token", type=float, metavar="S", default=S, help="default: a 16k-chunk pass lasts 1.397 s (SGLang #35241)")
+    c.add_argument("--cost-decode-request", type=float, metavar="S", default=S, help="default 0.0002 (assumed)")
+    r = p.add_argument_group("run and output")
+    r.add_argument("--passes", type=int, metavar="N", default=S, help="stop after N passes (default 10000)")
+    r.add_argument("--duration", type=float, metavar="S", default=S, help="stop at S simulated seconds")
+    r.add_argument("--warmup", type=float, metavar="S", default=S, help="leave the first S simulated seconds out of the table")
+    r.add_argument("--seed", type=int, metavar="N", default=S, help="RNG seed (default 0): same seed, same run")
+    r.add_argument("--gather", choices=("lockstep", "threads"), default=S, help="in-process gather: one thread in lock-step (default), or a thread per rank over runtime.InProcessGroup")
+    r.add_argument("--plot", metavar="PNG", default=S, help="write the figure (needs matplotlib: the [plot] extra)")
+    r.add_argument("--json", metavar="PATH", default=S, help="write the results as JSON")
+    r.add_argument("--progress", dest="progress", action="store_const", const=True, default=S, help="show a progress bar on stderr (default: only when stderr is a terminal)")
+    r.add_argument("--no-progress", dest="progress", action="store_const", const=False, default=S, help="never show the progress bar")
+
+
+def settings(args: argparse.Namespace) -> tuple[dict[str, Any], set[str]]:
+    """The run's settings (base, then scenario, then given options) and the names given on the command line."""
+    given = {k: v for k, v in vars(args).items() if k not in ("command", "scenario")}
+    merged = dict(BASE)
+    scenario = getattr(args, "scenario", None)
+    if scenario is not None:
+        merged.update(SCENARIOS[scenario])
+    merged.update(given)
+    merged["scenario"] = scenario
+    return merged, set(given)

@@ -1,0 +1,121 @@
+"""Tables (Markdown, readable in a terminal too) and the JSON document of a comparison."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict
+from typing import Any, Optional, Sequence
+
+from .result import RunResult
+
+
+def _secs(x: Optional[float]) -> str:
+    if x is None:
+        return "-"
+    return f"{x * 1000:.0f} ms" if x < 1 else f"{x:.1f} s"
+
+
+def _pct(x: Optional[float]) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _tok(x: float) -> str:
+    return f"{x / 1000:.1f}k" if x >= 1000 else f"{x:.0f}"
+
+
+def header(results: Sequence[RunResult]) -> str:
+    r = results[0]
+    c = r.config
+    s = r.summary()
+    knobs = [f"DP={c.dp_size}", f"max_running_requests={c.max_running_requests}/rank", f"KV {c.max_total_tokens} tokens/rank",
+             f"chunk {c.chunked_prefill_size}", f"max_prefill_tokens {c.max_prefill_tokens}", f"max_delay_passes {c.max_delay_passes}"]
+    if c.enable_mixed_chunk:
+        knobs.append("mixed chunks")
+    for name, value in (("watermark", c.token_usage_low_watermark), ("queue_min_ratio", c.queue_min_ratio),
+                        ("max_delay_ms", c.max_delay_ms), ("prefill_max_requests", c.prefill_max_requests)):
+        if value is not None:
+            knobs.append(f"{name} {value:g}")
+    lines = [
+        "Engine: " + ", ".join(knobs),
+        f"Workload: {r.workload.describe()} (seed {c.seed})",
+        f"Cost: {c.cost.describe()}",
+        f"Measured: {s.sim_seconds:.0f} simulated s per profile after a {c.warmup_s:g} s warm-up",
+    ]
+    return "\n".join(lines)
+
+
+def table(results: Sequence[RunResult]) -> str:
+    """One row per profile: throughput, TTFT, running, the split and mixed passes, vetoes, delay runs."""
+    rows = [
+        "| profile | max_prefill_bs tracker | passes | input tok/s | output tok/s | TTFT p50 | TTFT p99 | running/rank mean (p5-p95) | queue/rank | token usage | prefill/idle split passes | mixed passes | admissions vetoed | delay runs: n, mean, max |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        s = r.summary()
+        p99 = _secs(s.ttft_p99_s) + (" (≥)" if s.ttft_censored else "")
+        rows.append(
+            f"| {r.variant.label} | {r.variant.tracker} | {s.passes} | {_tok(s.input_tok_s)} | {_tok(s.output_tok_s)} | {_secs(s.ttft_p50_s)} | {p99} "
+            f"| {s.running_per_rank:.1f} ({s.running_p5}-{s.running_p95}) | {s.queue_per_rank:.1f} | {s.token_usage:.2f} "
+            f"| {_pct(s.split_share)} | {_pct(s.mixed_share)} | {_pct(s.veto_share)} "
+            f"| {s.delay_runs}, {s.delay_run_mean:.1f}, {s.delay_run_max} |"
+        )
+    censored = [r for r in results if r.summary().ttft_censored]
+    if censored:
+        rows.append("")
+        rows.append(
+            "(≥): requests still without a first token at the end count with the time they waited so far: "
+            + ", ".join(f"{r.variant.label} {r.summary().ttft_censored}" for r in censored)
+        )
+    return "\n".join(rows)
+
+
+def decisions_table(results: Sequence[RunResult], min_share: float = 0.0005) -> str:
+    """Share of rank-passes by gathered status / reason (``-``: no reason, the none branch)."""
+    names: dict[str, float] = {}
+    for r in results:
+        for k, v in r.summary().decisions.items():
+            names[k] = names.get(k, 0.0) + v
+    cols = [k for k, v in sorted(names.items(), key=lambda kv: -kv[1]) if v >= min_share]
+    rows = ["| profile | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
+    for r in results:
+        d = r.summary().decisions
+        rows.append(f"| {r.variant.label} | " + " | ".join(_pct(d.get(k, 0.0)) if d.get(k) else "-" for k in cols) + " |")
+    return "\n".join(rows)
+
+
+def report(results: Sequence[RunResult]) -> str:
+    return "\n\n".join([header(results), table(results), "Decisions by status/reason (share of rank-passes):", decisions_table(results)])
+
+
+def _clean(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    return x
+
+
+def to_json(results: Sequence[RunResult], scenario: Optional[str] = None) -> str:
+    r0 = results[0]
+    config = asdict(r0.config)
+    doc = {
+        "scenario": scenario,
+        "settings": config,
+        "workload": r0.workload.describe(),
+        "cost": r0.config.cost.describe(),
+        "results": [
+            {
+                "name": r.variant.name,
+                "label": r.variant.label,
+                "profile": r.variant.profile,
+                "tracker": r.variant.tracker,
+                "tracker_chosen_by": r.variant.tracker_source,
+                "summary": r.summary().as_dict(),
+            }
+            for r in results
+        ],
+    }
+    return json.dumps(_clean(doc), indent=2)

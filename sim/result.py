@@ -1,0 +1,280 @@
+"""What a run records, pass by pass, and the summary the tables, the JSON and the plots read."""
+
+from __future__ import annotations
+
+import bisect
+import math
+from array import array
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Optional, Sequence
+
+from .config import SimConfig, Variant
+
+ESTIMATIONS = ("none", "mixed", "all")
+STATUS_CODES = {name: i for i, name in enumerate(ESTIMATIONS)}
+# "off": no delayer (the estimation is still computed from which ranks reached a call site).
+REASONS = ("", "no_wait", "wait_success", "delay", "wait_timeout", "token_watermark", "off")
+REASON_CODES = {name: i for i, name in enumerate(REASONS)}
+DELAY = REASON_CODES["delay"]
+# What a rank asked of the delayer in a pass.
+ASK_NONE, ASK_ADMIT_ALLOWED, ASK_ADMIT_VETOED, ASK_CHUNK = 0, 1, 2, 3
+
+
+def decision_name(code: int) -> str:
+    est, reason = ESTIMATIONS[code >> 3], REASONS[code & 7]
+    return f"{est}/{reason or '-'}"
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The table's figures over the measured window (``warmup_s`` to the end)."""
+
+    passes: int
+    sim_seconds: float
+    input_tok_s: float
+    output_tok_s: float
+    ttft_p50_s: Optional[float]
+    ttft_p99_s: Optional[float]
+    ttft_requests: int
+    ttft_censored: int  # requests still without a first token at the end (counted with the time waited so far)
+    running_per_rank: float  # time-weighted mean
+    running_p5: int
+    running_p95: int
+    queue_per_rank: float
+    token_usage: float
+    split_share: float  # passes where some ranks prefill while others do not
+    mixed_share: float  # passes whose gathered status is "mixed"
+    veto_share: Optional[float]  # vetoed / all admission negotiations (a rank with a queue and no chunk in progress)
+    admission_asks: int
+    delay_runs: int
+    delay_run_mean: float
+    delay_run_max: int
+    decisions: dict[str, float]  # "estimation/reason" -> share of rank-passes
+    completed: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class RunResult:
+    """One variant's run: settings, per-pass records, requests."""
+
+    def __init__(self, variant: Variant, config: SimConfig, workload: Any) -> None:
+        self.variant = variant
+        self.config = config
+        self.workload = workload
+        dp = config.dp_size
+        self.dp = dp
+        self.t0 = array("d")
+        self.dt = array("d")
+        self.status = bytearray()
+        self.decision = bytearray()  # per pass x rank: estimation << 3 | reason
+        self.ask = bytearray()  # per pass x rank: ASK_*
+        self.prefill = array("q")  # per pass x rank: prefill tokens
+        self.running = array("l")  # per pass x rank, at the pass's start
+        self.queue = array("l")  # per pass x rank, at the pass's start
+        self.usage = array("d")  # per pass: mean token usage over ranks, at the pass's start
+        self.out_tokens = array("q")  # per pass
+        self.end_s = 0.0
+        self.requests: list[Any] = []
+        self.negotiations: list[int] = []  # each rank's delayer passes (one per scheduler pass)
+        self.peak_kv = 0  # the most KV tokens any rank held
+        self._summary: Optional[Summary] = None
+
+    # ----- recording -----------------------------------------------------------
+
+    def recorder(self) -> Callable[..., None]:
+        t0, dt, status, decision, ask = self.t0, self.dt, self.status, self.decision, self.ask
+        prefill, running, queue, usage, out_tokens = self.prefill, self.running, self.queue, self.usage, self.out_tokens
+        codes = {(e, r): (STATUS_CODES[e] << 3) | REASON_CODES[r] for e in ESTIMATIONS for r in REASONS}
+        dp = self.dp
+
+        def record(now, pass_s, ranks, outcomes, batches, work, asks, tokens) -> None:
+            t0.append(now)
+            dt.append(pass_s)
+            status.append(STATUS_CODES[outcomes[0].estimation])
+            total_usage = 0.0
+            for i in range(dp):
+                o = outcomes[i]
+                decision.append(codes[(o.estimation, o.reason)])
+                r = ranks[i]
+                if asks[i] is None:
+                    ask.append(ASK_NONE)
+                elif r.negotiated_for_chunk:
+                    ask.append(ASK_CHUNK)
+                else:
+                    ask.append(ASK_ADMIT_ALLOWED if o.allow else ASK_ADMIT_VETOED)
+                prefill.append(work[i][0])
+                running.append(r.running_at_start)
+                queue.append(r.queue_at_start)
+                total_usage += r.usage_at_start
+            usage.append(total_usage / dp)
+            out_tokens.append(tokens)
+
+        return record
+
+    def finish(self, end_s: float, requests: list[Any]) -> None:
+        self.end_s = end_s
+        self.requests = requests
+        self._summary = None
+
+    # ----- reading ---------------------------------------------------------------
+
+    @property
+    def passes(self) -> int:
+        return len(self.t0)
+
+    def window_start(self) -> int:
+        """Index of the first pass of the measured window."""
+        return bisect.bisect_left(self.t0, self.config.warmup_s)
+
+    def summary(self) -> Summary:
+        if self._summary is None:
+            self._summary = self._summarize()
+        return self._summary
+
+    def _summarize(self) -> Summary:
+        dp = self.dp
+        k0 = self.window_start()
+        n = self.passes - k0
+        start = self.t0[k0] if n else self.end_s
+        seconds = max(self.end_s - start, 1e-12) if n else 0.0
+        lo, hi = k0 * dp, self.passes * dp
+        prefill_tokens = sum(self.prefill[lo:hi])
+        out = sum(self.out_tokens[k0:])
+        dts = self.dt[k0:]
+        total_dt = sum(dts) or 1.0
+        running = self.running[lo:hi]
+        queue = self.queue[lo:hi]
+        run_tw = sum(dts[k] * sum(running[k * dp : (k + 1) * dp]) for k in range(n)) / total_dt / dp if n else 0.0
+        queue_tw = sum(dts[k] * sum(queue[k * dp : (k + 1) * dp]) for k in range(n)) / total_dt / dp if n else 0.0
+        usage_tw = sum(dts[k] * self.usage[k0 + k] for k in range(n)) / total_dt if n else 0.0
+        ordered = sorted(running)
+        p5 = ordered[int(0.05 * (len(ordered) - 1))] if ordered else 0
+        p95 = ordered[int(0.95 * (len(ordered) - 1))] if ordered else 0
+        split = 0
+        prefill = self.prefill
+        for k in range(k0, self.passes):
+            row = prefill[k * dp : (k + 1) * dp]
+            some = any(row)
+            if some and not all(row):
+                split += 1
+        mixed = sum(1 for k in range(k0, self.passes) if self.status[k] == STATUS_CODES["mixed"])
+        asks = self.ask[lo:hi]
+        admit = asks.count(ASK_ADMIT_ALLOWED) + asks.count(ASK_ADMIT_VETOED)
+        vetoed = asks.count(ASK_ADMIT_VETOED)
+        runs = self.delay_runs(k0)
+        counts = Counter(self.decision[lo:hi])
+        total = max(sum(counts.values()), 1)
+        decisions = {decision_name(code): c / total for code, c in sorted(counts.items(), key=lambda kv: -kv[1])}
+        ttfts, censored = self._ttfts()
+        return Summary(
+            passes=n,
+            sim_seconds=seconds,
+            input_tok_s=prefill_tokens / seconds if n else 0.0,
+            output_tok_s=out / seconds if n else 0.0,
+            ttft_p50_s=_percentile(ttfts, 0.50),
+            ttft_p99_s=_percentile(ttfts, 0.99),
+            ttft_requests=len(ttfts),
+            ttft_censored=censored,
+            running_per_rank=run_tw,
+            running_p5=p5,
+            running_p95=p95,
+            queue_per_rank=queue_tw,
+            token_usage=usage_tw,
+            split_share=split / n if n else 0.0,
+            mixed_share=mixed / n if n else 0.0,
+            veto_share=vetoed / admit if admit else None,
+            admission_asks=admit,
+            delay_runs=len(runs),
+            delay_run_mean=sum(runs) / len(runs) if runs else 0.0,
+            delay_run_max=max(runs) if runs else 0,
+            decisions=decisions,
+            completed=sum(1 for r in self.requests if r.finish_s is not None and r.finish_s >= start),
+        )
+
+    def _ttfts(self) -> tuple[list[float], int]:
+        warm = self.config.warmup_s
+        values, censored = [], 0
+        for r in self.requests:
+            if r.arrival < warm:
+                continue
+            if r.first_token_s is None:
+                censored += 1
+                values.append(self.end_s - r.arrival)
+            else:
+                values.append(r.first_token_s - r.arrival)
+        values.sort()
+        return values, censored
+
+    def delay_runs(self, k0: int = 0) -> list[int]:
+        """Lengths (in passes) of every rank's runs of consecutive ``delay`` decisions from pass ``k0`` on."""
+        dp = self.dp
+        runs = []
+        for r in range(dp):
+            length = 0
+            for code in self.decision[k0 * dp + r :: dp]:
+                if code & 7 == DELAY:
+                    length += 1
+                elif length:
+                    runs.append(length)
+                    length = 0
+            if length:
+                runs.append(length)
+        return runs
+
+    # ----- series for the plots --------------------------------------------------
+
+    def throughput_series(self, bins: int = 120) -> tuple[list[float], list[float]]:
+        """(bin centres in s, input tok/s per bin) over the whole run."""
+        if not self.passes or self.end_s <= 0:
+            return [], []
+        width = self.end_s / bins
+        tokens = [0.0] * bins
+        dp = self.dp
+        for k in range(self.passes):
+            b = min(int((self.t0[k] + self.dt[k]) / width), bins - 1) if width > 0 else 0
+            tokens[b] += sum(self.prefill[k * dp : (k + 1) * dp])
+        return [(i + 0.5) * width for i in range(bins)], [t / width for t in tokens]
+
+    def progress_spread(self, max_points: int = 2000) -> tuple[list[float], list[list[float]]]:
+        """(times, per rank: cumulative prefill minus the ranks' mean, in chunks) at pass ends."""
+        dp, chunk = self.dp, self.config.chunked_prefill_size
+        step = max(1, self.passes // max_points)
+        cum = [0] * dp
+        times: list[float] = []
+        lines: list[list[float]] = [[] for _ in range(dp)]
+        for k in range(self.passes):
+            row = self.prefill[k * dp : (k + 1) * dp]
+            for r in range(dp):
+                cum[r] += row[r]
+            if k % step == 0 or k == self.passes - 1:
+                mean = sum(cum) / dp
+                times.append(self.t0[k] + self.dt[k])
+                for r in range(dp):
+                    lines[r].append((cum[r] - mean) / chunk)
+        return times, lines
+
+    def decision_image(self, columns: int = 1000) -> tuple[list[list[int]], float]:
+        """A ranks x columns grid of reason codes, sampled at evenly spaced times; and the run's end time."""
+        dp = self.dp
+        if not self.passes:
+            return [[0] for _ in range(dp)], 0.0
+        cols = min(columns, self.passes)
+        grid = [[0] * cols for _ in range(dp)]
+        for c in range(cols):
+            t = (c + 0.5) * self.end_s / cols
+            k = max(0, bisect.bisect_right(self.t0, t) - 1)
+            for r in range(dp):
+                grid[r][c] = self.decision[k * dp + r] & 7
+        return grid, self.end_s
+
+
+def _percentile(values: Sequence[float], q: float) -> Optional[float]:
+    if not values:
+        return None
+    k = q * (len(values) - 1)
+    f = math.floor(k)
+    c = min(f + 1, len(values) - 1)
+    return values[f] + (values[c] - values[f]) * (k - f)

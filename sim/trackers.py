@@ -1,0 +1,88 @@
+"""How a rank's scheduler tracks ``max_prefill_bs``, the value the slot trigger compares free slots with.
+
+Three generations, each a copy of the scheduler code of the releases named:
+
+* ``lifetime`` (0.5.14-0.5.16): ``self.max_prefill_bs = max(self.max_prefill_bs,
+  len(can_run_list))`` after every non-empty admission, never lowered: the lifetime
+  high-watermark #32880 blames for the starvation;
+* ``decay`` (0.5.17, from #32880): the same high-watermark, multiplied by 0.998 at
+  the start of every ``get_new_batch_prefill`` (a half-life of about 350 passes),
+  passed to the delayer as ``int(...)``;
+* ``window`` (0.5.18-0.5.23, #34284): ``RecentPrefillBatchSizeTracker``, the
+  largest of the last 16 non-empty prefill attempts; a vetoed attempt counts
+  with the executor's estimate ``min(max(waiting, 1), max(max_running - running, 1))``
+  (``PrefillDelayerSinglePassExecutor._estimate_attempted_prefill_bs``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Optional
+
+from ..spec.profiles import RELEASES, SEED_RELEASE
+from .errors import SimInputError
+
+LIFETIME, DECAY, WINDOW = "lifetime", "decay", "window"
+TRACKERS = (LIFETIME, DECAY, WINDOW)
+DECAY_PER_PASS = 0.998  # SGLang 0.5.17 scheduler.get_new_batch_prefill
+WINDOW_SIZE = 16  # SGLANG_PREFILL_DELAYER_MAX_PREFILL_BS_WINDOW_SIZE's default
+# The releases whose scheduler uses each tracker.
+TRACKER_RELEASES = {
+    LIFETIME: ("0.5.14", "0.5.15", "0.5.16"),
+    DECAY: ("0.5.17",),
+    WINDOW: ("0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23"),
+}
+_TRACKER_OF_RELEASE = {r: t for t, rs in TRACKER_RELEASES.items() for r in rs}
+assert set(_TRACKER_OF_RELEASE) == set(RELEASES), "every known release needs a tracker"
+
+
+def tracker_for(name: str) -> str:
+    """The tracker of the release a profile or release name stands for.
+
+    ``sglang-X`` is release X; ``seed`` is SGLang ``SEED_RELEASE``; any other
+    profile (``hardened``) postdates every release and uses the newest tracker.
+    """
+    if name.startswith("sglang-") and name[len("sglang-"):] in _TRACKER_OF_RELEASE:
+        return _TRACKER_OF_RELEASE[name[len("sglang-"):]]
+    if name == "seed":
+        return _TRACKER_OF_RELEASE[SEED_RELEASE]
+    return WINDOW
+
+
+class MaxPrefillBsTracker:
+    """One rank's ``max_prefill_bs``, updated where its release's scheduler updates it."""
+
+    __slots__ = ("kind", "_value", "_window")
+
+    def __init__(self, kind: str) -> None:
+        if kind not in TRACKERS:
+            raise SimInputError(f"unknown max_prefill_bs tracker {kind!r}: expected one of {', '.join(TRACKERS)}")
+        self.kind = kind
+        self._value = 0.0
+        self._window: deque[int] = deque(maxlen=WINDOW_SIZE)
+
+    @property
+    def value(self) -> int:
+        """What the scheduler passes to the delayer: ``int(self.max_prefill_bs)``."""
+        return int(self._value)
+
+    def start_pass(self) -> None:
+        """Top of ``get_new_batch_prefill``: 0.5.17 decays here, once per pass."""
+        if self.kind == DECAY:
+            self._value *= DECAY_PER_PASS
+
+    def end_pass(self, batch_size: int, attempted: Optional[int]) -> None:
+        """After the pass: ``batch_size`` requests admitted (0: none); ``attempted`` the vetoed estimate, if any."""
+        if self.kind == WINDOW:
+            observed = batch_size or (attempted or 0)
+            if observed > 0:
+                self._window.append(observed)
+                self._value = max(self._window)
+        elif batch_size > 0:
+            self._value = max(self._value, batch_size)
+
+
+def attempted_prefill_bs(running_batch: int, max_running_requests: int, waiting_queue_len: int) -> int:
+    """SGLang 0.5.18+'s estimate of a vetoed attempt's batch size (DP attention: the local limit as is)."""
+    free_slots = max(max_running_requests - running_batch, 1)
+    return min(max(waiting_queue_len, 1), free_slots)

@@ -1,0 +1,397 @@
+"""Workloads: where the requests come from, and when.
+
+Every workload is a recipe (a frozen dataclass) that ``start`` turns into a
+fresh ``Source`` for one run, so every profile of a comparison sees the same
+requests: arrivals and lengths come from ``random.Random(seed)`` streams that
+do not depend on what the scheduler does. Open-loop recipes (``Poisson``,
+``Bursty``, ``Burst``, ``TraceReplay``) fix every arrival up front; the
+closed-loop ``LongPrompt`` keeps ``concurrency`` requests in flight, a client
+sending its next request the moment its previous one finishes, as
+``bench_serving --max-concurrency`` does. ``Mix`` runs several side by side.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Iterator, Optional, Sequence, Union
+
+from .errors import SimInputError
+
+
+class Request:
+    """One request; times in simulated seconds."""
+
+    __slots__ = ("rid", "arrival", "prompt", "output", "prefilled", "first_token_s", "finish_s", "rank", "client", "decode_end")
+
+    def __init__(self, rid: int, arrival: float, prompt: int, output: int, client: Optional[int] = None) -> None:
+        self.rid = rid
+        self.arrival = arrival
+        self.prompt = prompt  # tokens to prefill
+        self.output = output  # tokens to generate (the first comes from the last prefill chunk)
+        self.prefilled = 0
+        self.first_token_s: Optional[float] = None
+        self.finish_s: Optional[float] = None
+        self.rank = -1
+        self.client = client
+        self.decode_end = 0  # the rank's decode-step count at which the last token is out
+
+    def __repr__(self) -> str:
+        return f"Request(rid={self.rid}, arrival={self.arrival:.3f}, prompt={self.prompt}, output={self.output})"
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """A token count: fixed (``lo == hi``) or uniform over ``[lo, hi]``."""
+
+    lo: int
+    hi: int
+
+    def __post_init__(self) -> None:
+        if not (_is_int(self.lo) and _is_int(self.hi) and 1 <= self.lo <= self.hi):
+            raise SimInputError(f"invalid token count {self.lo!r}:{self.hi!r}: expected integers 1 <= LO <= HI")
+
+    @classmethod
+    def parse(cls, text: Union[str, int, "Lengths"], what: str = "token count") -> "Lengths":
+        """``N`` or ``LO:HI``."""
+        if isinstance(text, Lengths):
+            return text
+        if _is_int(text):
+            return cls._checked(text, text, what, str(text))
+        parts = str(text).split(":")
+        try:
+            values = [int(p) for p in parts]
+        except ValueError:
+            raise SimInputError(f"{what} must be N or LO:HI with integers >= 1, got {text!r}") from None
+        if len(values) == 1:
+            return cls._checked(values[0], values[0], what, text)
+        if len(values) == 2:
+            return cls._checked(values[0], values[1], what, text)
+        raise SimInputError(f"{what} must be N or LO:HI with integers >= 1, got {text!r}")
+
+    @classmethod
+    def _checked(cls, lo: int, hi: int, what: str, text: object) -> "Lengths":
+        if not 1 <= lo <= hi:
+            raise SimInputError(f"{what} must be N or LO:HI with integers 1 <= LO <= HI, got {text!r}")
+        return cls(lo, hi)
+
+    def draw(self, rng: random.Random) -> int:
+        return self.lo if self.lo == self.hi else rng.randint(self.lo, self.hi)
+
+    def __str__(self) -> str:
+        return str(self.lo) if self.lo == self.hi else f"{self.lo}:{self.hi}"
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _positive_rate(name: str, rate: object) -> float:
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate <= 0:
+        raise SimInputError(f"{name} must be a finite number of requests per second > 0, got {rate!r}")
+    return float(rate)
+
+
+def _start_time(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise SimInputError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
+    return float(value)
+
+
+# ----- sources ---------------------------------------------------------------
+
+
+class Source:
+    """A run's stream of requests: ``due(t)`` hands over every request that has arrived by ``t``."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Request]] = []
+        self._next_rid = 0
+
+    def _push(self, arrival: float, prompt: int, output: int, client: Optional[int] = None) -> Request:
+        req = Request(self._next_rid, arrival, prompt, output, client)
+        self._next_rid += 1
+        heapq.heappush(self._heap, (arrival, req.rid, req))
+        return req
+
+    def _refill(self, until: float) -> None:
+        """Generate lazily-made arrivals up to ``until`` (open-loop streams override this)."""
+
+    def next_arrival(self) -> float:
+        """When the next request arrives (``inf``: no request is coming unless one finishes)."""
+        self._refill(self._peek_horizon())
+        return self._heap[0][0] if self._heap else math.inf
+
+    def _peek_horizon(self) -> float:
+        return self._heap[0][0] if self._heap else math.inf
+
+    def due(self, t: float) -> list[Request]:
+        self._refill(t)
+        out = []
+        heap = self._heap
+        while heap and heap[0][0] <= t:
+            out.append(heapq.heappop(heap)[2])
+        return out
+
+    def finished(self, req: Request, t: float) -> None:
+        """``req`` finished at ``t`` (closed-loop sources send the client's next request)."""
+
+    def bind(self, dp_size: int, chunk_tokens: int) -> None:
+        """The layout the run uses (``LongPrompt``'s drift is counted in chunks)."""
+
+
+class _StreamSource(Source):
+    """Arrivals from an endless generator of (time, count), made on demand."""
+
+    def __init__(self, times: Iterator[tuple[float, int]], prompt: Lengths, output: Lengths, rng: random.Random) -> None:
+        super().__init__()
+        self._times = times
+        self._prompt, self._output, self._rng = prompt, output, rng
+        self._generated_until = -math.inf
+        self._pending: Optional[tuple[float, int]] = None
+
+    def _refill(self, until: float) -> None:
+        while True:
+            if self._pending is None:
+                self._pending = next(self._times, None)
+                if self._pending is None:
+                    return
+            t, count = self._pending
+            # Always keep one arrival queued, so next_arrival() can see it.
+            if t > until and self._heap:
+                return
+            for _ in range(count):
+                self._push(t, self._prompt.draw(self._rng), self._output.draw(self._rng))
+            self._pending = None
+            if t > until:
+                return
+
+
+class _ClosedLoopSource(Source):
+    def __init__(self, recipe: "LongPrompt", rng: random.Random) -> None:
+        super().__init__()
+        self._recipe, self._rng = recipe, rng
+        self._offsets: list[int] = []
+
+    def bind(self, dp_size: int, chunk_tokens: int) -> None:
+        recipe = self._recipe
+        drift = recipe.drift_for(dp_size, self._rng)
+        self._offsets = [d * chunk_tokens for d in drift]
+        for client in range(recipe.concurrency):
+            prompt = recipe.prompt.draw(self._rng)
+            # Round-robin dispatch sends client i's first request to rank i % dp_size:
+            # the first request of each rank starts drift[rank] chunks into its prompt.
+            if client < dp_size and self._offsets[client]:
+                prompt = max(1, prompt - self._offsets[client])
+            self._push(0.0, prompt, recipe.output.draw(self._rng), client)
+
+    def finished(self, req: Request, t: float) -> None:
+        if req.client is not None:
+            self._push(t, self._recipe.prompt.draw(self._rng), self._recipe.output.draw(self._rng), req.client)
+
+
+class _MixSource(Source):
+    def __init__(self, parts: Sequence[Source]) -> None:
+        super().__init__()
+        self._parts = list(parts)
+
+    def bind(self, dp_size: int, chunk_tokens: int) -> None:
+        for p in self._parts:
+            p.bind(dp_size, chunk_tokens)
+
+    def next_arrival(self) -> float:
+        return min((p.next_arrival() for p in self._parts), default=math.inf)
+
+    def due(self, t: float) -> list[Request]:
+        out = [r for p in self._parts for r in p.due(t)]
+        out.sort(key=lambda r: (r.arrival, id(r)))
+        # Request ids are unique across the mix: renumber in arrival order.
+        for r in out:
+            r.rid = self._next_rid
+            self._next_rid += 1
+        return out
+
+    def finished(self, req: Request, t: float) -> None:
+        for p in self._parts:
+            p.finished(req, t)
+
+
+# ----- recipes ---------------------------------------------------------------
+
+
+def _poisson_times(rate: float, start: float, stop: float, rng: random.Random, count: int = 1) -> Iterator[tuple[float, int]]:
+    t = start
+    while True:
+        t += rng.expovariate(rate)
+        if t >= stop:
+            return
+        yield t, count
+
+
+@dataclass(frozen=True)
+class Poisson:
+    """Open-loop Poisson arrivals at ``rate`` requests per second, from ``start`` until ``stop``."""
+
+    rate: float
+    prompt: Lengths
+    output: Lengths
+    start: float = 0.0
+    stop: float = math.inf
+
+    def __post_init__(self) -> None:
+        _positive_rate("rate", self.rate)
+        _start_time("start", self.start)
+        if not (isinstance(self.stop, (int, float)) and self.stop > self.start):
+            raise SimInputError(f"stop must be after start ({self.start:g} s), got {self.stop!r}")
+
+    def start_source(self, seed: int) -> Source:
+        rng = random.Random(seed)
+        return _StreamSource(_poisson_times(self.rate, self.start, self.stop, rng), self.prompt, self.output, rng)
+
+    def describe(self) -> str:
+        return f"Poisson {self.rate:g} req/s, prompt {self.prompt}, output {self.output}"
+
+
+@dataclass(frozen=True)
+class Bursty:
+    """Open-loop bursts: ``burst`` requests arrive together, bursts at Poisson times; ``rate`` requests/s on average."""
+
+    rate: float
+    burst: int
+    prompt: Lengths
+    output: Lengths
+    start: float = 0.0
+
+    def __post_init__(self) -> None:
+        _positive_rate("rate", self.rate)
+        _start_time("start", self.start)
+        if not _is_int(self.burst) or self.burst < 1:
+            raise SimInputError(f"burst must be an integer >= 1 (requests per burst), got {self.burst!r}")
+
+    def start_source(self, seed: int) -> Source:
+        rng = random.Random(seed)
+        times = _poisson_times(self.rate / self.burst, self.start, math.inf, rng, self.burst)
+        return _StreamSource(times, self.prompt, self.output, rng)
+
+    def describe(self) -> str:
+        return f"bursts of {self.burst}, {self.rate:g} req/s on average, prompt {self.prompt}, output {self.output}"
+
+
+@dataclass(frozen=True)
+class Burst:
+    """One wave of ``count`` requests arriving together at ``at`` (a refill after a drain, a cold start)."""
+
+    count: int
+    prompt: Lengths
+    output: Lengths
+    at: float = 0.0
+
+    def __post_init__(self) -> None:
+        _start_time("at", self.at)
+        if not _is_int(self.count) or self.count < 1:
+            raise SimInputError(f"count must be an integer >= 1, got {self.count!r}")
+
+    def start_source(self, seed: int) -> Source:
+        rng = random.Random(seed)
+        return _StreamSource(iter([(self.at, self.count)]), self.prompt, self.output, rng)
+
+    def describe(self) -> str:
+        return f"a wave of {self.count} at {self.at:g} s, prompt {self.prompt}, output {self.output}"
+
+
+@dataclass(frozen=True)
+class LongPrompt:
+    """Closed loop: ``concurrency`` clients, each sending its next long prompt when its last request finishes.
+
+    ``drift`` starts rank r's first request ``drift[r]`` chunks into its prompt, so
+    the ranks begin out of phase by whole prefill chunks: a tuple with one entry
+    per DP rank, or ``("random", K)`` for a seeded draw from 0..K per rank.
+    """
+
+    concurrency: int
+    prompt: Lengths
+    output: Lengths
+    drift: tuple = ()
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.concurrency) or self.concurrency < 1:
+            raise SimInputError(f"concurrency must be an integer >= 1, got {self.concurrency!r}")
+        d = self.drift
+        if d and d[0] == "random":
+            if len(d) != 2 or not _is_int(d[1]) or d[1] < 0:
+                raise SimInputError(f"drift random:K needs an integer K >= 0, got {d!r}")
+        elif not all(_is_int(x) and x >= 0 for x in d):
+            raise SimInputError(f"drift must list whole chunks >= 0 per rank, got {d!r}")
+
+    def drift_for(self, dp_size: int, rng: random.Random) -> list[int]:
+        d = self.drift
+        if not d:
+            return [0] * dp_size
+        if d[0] == "random":
+            return [rng.randint(0, d[1]) for _ in range(dp_size)]
+        if len(d) != dp_size:
+            raise SimInputError(f"drift lists {len(d)} ranks, but dp_size is {dp_size}")
+        return list(d)
+
+    def start_source(self, seed: int) -> Source:
+        return _ClosedLoopSource(self, random.Random(seed))
+
+    def describe(self) -> str:
+        drift = ""
+        if self.drift:
+            drift = f", drift {'random:' + str(self.drift[1]) if self.drift[0] == 'random' else ','.join(map(str, self.drift))} chunks"
+        return f"closed loop, {self.concurrency} in flight, prompt {self.prompt}, output {self.output}{drift}"
+
+
+@dataclass(frozen=True)
+class TraceReplay:
+    """Replay of a request trace: rows of (arrival s, prompt tokens, output tokens), see ``sim.trace``."""
+
+    rows: tuple[tuple[float, int, int], ...]
+    name: str = "trace"
+    lines: tuple[int, ...] = ()  # each row's line in the file, for errors that name it
+
+    def start_source(self, seed: int) -> Source:
+        src = Source()
+        for arrival, prompt, output in self.rows:
+            src._push(arrival, prompt, output)
+        return src
+
+    def describe(self) -> str:
+        return f"trace {self.name} ({len(self.rows)} requests)"
+
+
+@dataclass(frozen=True)
+class Mix:
+    """Several workloads side by side (each with its own RNG stream)."""
+
+    parts: tuple = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if not self.parts:
+            raise SimInputError("a Mix needs at least one workload")
+
+    def start_source(self, seed: int) -> Source:
+        return _MixSource([p.start_source(seed * 1000003 + i) for i, p in enumerate(self.parts)])
+
+    def describe(self) -> str:
+        return " + ".join(p.describe() for p in self.parts)
+
+
+Workload = Union[Poisson, Bursty, Burst, LongPrompt, TraceReplay, Mix]
+
+
+def largest_request(workload: Workload) -> Optional[tuple[int, str]]:
+    """The most KV tokens one request of the workload can need (prompt + output), and what it is; None if unknown."""
+    if isinstance(workload, Mix):
+        found = [x for x in (largest_request(p) for p in workload.parts) if x is not None]
+        return max(found) if found else None
+    if isinstance(workload, TraceReplay):
+        if not workload.rows:
+            return None
+        i = max(range(len(workload.rows)), key=lambda k: workload.rows[k][1] + workload.rows[k][2])
+        where = f"{workload.name}:{workload.lines[i]}" if workload.lines else f"{workload.name} request {i + 1}"
+        return workload.rows[i][1] + workload.rows[i][2], where
+    return workload.prompt.hi + workload.output.hi, "the longest prompt plus output"
