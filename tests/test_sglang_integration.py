@@ -1,0 +1,389 @@
+"""The SGLang shell and plugin against a real SGLang 0.5.23 install (nothing of SGLang stubbed).
+
+* the plugin, in fresh interpreters (a REPLACE must not leak into other tests):
+  SGLang's own ``load_plugins()`` swaps our classes in with the variable set,
+  leaves SGLang's with it unset, and stops the process on a bad value;
+* ours and SGLang's own class side by side on 2 and 4 gloo ranks under SGLang's
+  runtime context, on random traces with per-rank clocks: identical under
+  ``sglang-0.5.22``; under ``hardened`` different only on passes where a
+  hardened feature applies, the feature found by stepping a profile that has
+  just that feature from the same state;
+* the runtime's failure cases through the shell.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import logging
+import os
+import random
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime_harness import COLLECTIVE_TIMEOUT_S, Clock, Recorder, decision_tuple, error_info, results, spawn_gloo
+from sglang_harness import SGLANG_RELEASE, layout_widths, publish_context, sglang_skip_reason, their_module
+
+pytestmark = [pytest.mark.sglang, pytest.mark.skipif(sglang_skip_reason() is not None, reason=str(sglang_skip_reason()))]
+
+TESTS = Path(__file__).parent
+
+
+# ----- the plugin, in a fresh interpreter ------------------------------------------------------
+
+
+def _python(script: str, env: dict[str, str], timeout_s: float = 120.0) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items() if k not in ("PREFILL_DELAYER_PROFILE", "SGLANG_PLUGINS")}
+    full_env.update(env, PYTHONWARNINGS="ignore", PYTHONPATH=str(TESTS))
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True,
+                          timeout=timeout_s, env=full_env)
+
+
+# Imports the names as SGLang's scheduler does (``from ... import``, before load_plugins), then loads the plugins.
+_LOAD = """
+    import json, logging, sys
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
+    import sglang.srt.managers.prefill_delayer as pd
+    from sglang.srt.managers.prefill_delayer import PrefillDelayer, PrefillDelayerSinglePassExecutor
+    theirs = (pd.PrefillDelayer, pd.PrefillDelayerSinglePassExecutor)
+    from sglang.srt.plugins import load_plugins
+    load_plugins()
+    def name(c): return c.__module__ + "." + c.__qualname__
+    print(json.dumps({
+        "module": [name(pd.PrefillDelayer), name(pd.PrefillDelayerSinglePassExecutor)],
+        "importer": [name(PrefillDelayer), name(PrefillDelayerSinglePassExecutor)],
+        "profile": getattr(pd.PrefillDelayer, "profile", None),
+        "replaced": pd.PrefillDelayer is not theirs[0],
+    }))
+"""
+OURS = ["prefill_delayer.integrations.sglang.shell.PrefillDelayer",
+        "prefill_delayer.integrations.sglang.shell.PrefillDelayerSinglePassExecutor"]
+THEIRS = ["sglang.srt.managers.prefill_delayer.PrefillDelayer",
+          "sglang.srt.managers.prefill_delayer.PrefillDelayerSinglePassExecutor"]
+
+
+@pytest.mark.parametrize("setting, profile", [("sglang", "sglang-0.5.22"), ("hardened", "hardened"),
+                                              ("sglang-0.5.20", "sglang-0.5.19")])
+def test_plugin_replaces_both_classes_where_they_were_imported(setting: str, profile: str) -> None:
+    done = _python(_LOAD, {"PREFILL_DELAYER_PROFILE": setting})
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["module"] == OURS and out["importer"] == OURS and out["replaced"]
+    assert out["profile"] == profile
+    from prefill_delayer.spec.hashing import spec_hash
+
+    lines = [line for line in done.stderr.splitlines() if "prefill-delayer active" in line]
+    assert len(lines) == 1, done.stderr
+    assert f"profile {profile} (PREFILL_DELAYER_PROFILE={setting})" in lines[0] and f"spec {spec_hash()}" in lines[0]
+    assert f"SGLang {SGLANG_RELEASE}'s PrefillDelayer" in lines[0]
+
+
+@pytest.mark.parametrize("env", [{}, {"PREFILL_DELAYER_PROFILE": ""}])
+def test_plugin_does_nothing_without_the_variable(env: dict[str, str]) -> None:
+    done = _python(_LOAD, env)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["module"] == THEIRS and out["importer"] == THEIRS and not out["replaced"]
+    assert "prefill-delayer active" not in done.stderr
+    assert "prefill_delayer" in done.stderr  # the entry point was found and run, and chose to do nothing
+
+
+@pytest.mark.parametrize("setting, says", [
+    ("nonsense", "unknown profile 'nonsense': expected one of seed, sglang-0.5.17, sglang-0.5.19, sglang-0.5.22, hardened"),
+    ("sglang-0.5.13", "unknown profile 'sglang-0.5.13'"),
+    ("Hardened", "unknown profile 'Hardened'"),
+])
+def test_a_bad_value_stops_the_process_with_one_clear_line(setting: str, says: str) -> None:
+    done = _python(_LOAD, {"PREFILL_DELAYER_PROFILE": setting})
+    assert done.returncode == 1 and done.stdout == ""
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"prefill-delayer: PREFILL_DELAYER_PROFILE={setting!r}: ") and says in last, done.stderr
+    assert "Traceback" not in done.stderr and "Failed to execute general plugin" not in done.stderr
+
+
+def test_sglang_means_the_installed_release_and_an_unknown_one_stops() -> None:
+    script = "import sglang; sglang.__version__ = '0.5.99'\n" + textwrap.dedent(_LOAD)
+    done = _python(script, {"PREFILL_DELAYER_PROFILE": "sglang"})
+    assert done.returncode == 1, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert "the installed SGLang, 0.5.99, which is not a release this package knows" in last
+    assert "sglang-0.5.23" in last and "hardened" in last
+    # A named profile still needs a release whose constructor we know.
+    done = _python(script, {"PREFILL_DELAYER_PROFILE": "hardened"})
+    assert done.returncode == 1 and "the installed SGLang is 0.5.99" in done.stderr.strip().splitlines()[-1]
+
+
+def test_install_replaces_by_hand_and_refuses_a_bad_profile_without_replacing() -> None:
+    done = _python("""
+        import json
+        import sglang.srt.managers.prefill_delayer as pd
+        from sglang.srt.managers.prefill_delayer import PrefillDelayer as early
+        from prefill_delayer.integrations.sglang import install
+        from prefill_delayer.spec import ConfigError
+        theirs = pd.PrefillDelayer
+        try:
+            install("nonsense")
+        except ConfigError as err:
+            refused = (str(err), pd.PrefillDelayer is theirs)
+        delayer, executor = install("hardened")
+        from sglang.srt.managers.prefill_delayer import PrefillDelayer as late
+        print(json.dumps({"refused": refused, "early": early is delayer, "late": late is delayer,
+                          "executor": pd.PrefillDelayerSinglePassExecutor is executor, "profile": delayer.profile}))
+    """, {})
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert "unknown profile 'nonsense'" in out["refused"][0] and out["refused"][1]
+    assert out["early"] and out["late"] and out["executor"] and out["profile"] == "hardened"
+
+
+def test_the_installed_scheduler_imports_the_names_and_loads_plugins_first() -> None:
+    """What the REPLACE relies on, read off the installed scheduler.py: ``from ... import`` and ``load_plugins()`` first."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("sglang.srt.managers")
+    assert spec is not None and spec.submodule_search_locations
+    tree = ast.parse((Path(list(spec.submodule_search_locations)[0]) / "scheduler.py").read_text())
+    imported = {a.name for n in tree.body if isinstance(n, ast.ImportFrom) and n.module == "sglang.srt.managers.prefill_delayer"
+                for a in n.names}
+    assert {"PrefillDelayer", "PrefillDelayerSinglePassExecutor"} <= imported
+    entry = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "run_scheduler_process")
+    first = entry.body[0]
+    assert isinstance(first, ast.Expr) and isinstance(first.value, ast.Call) and ast.unparse(first.value) == "load_plugins()"
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and ast.unparse(n.func) == "PrefillDelayer"]
+    assert len(calls) == 1 and sorted(k.arg for k in calls[0].keywords) == [
+        "debug_log_enabled", "max_delay_passes", "metrics_collector", "token_usage_low_watermark"]
+
+
+def test_the_scheduler_module_itself_gets_ours() -> None:
+    """Runs where SGLang's scheduler imports (it needs torchvision, whose PyPI build needs CUDA torch)."""
+    probe = _python("import sglang.srt.managers.scheduler", {})
+    if probe.returncode != 0:
+        pytest.skip("sglang.srt.managers.scheduler does not import here (it needs SGLang's full requirements, "
+                    "torchvision among them, whose PyPI build needs CUDA torch): " + probe.stderr.strip().splitlines()[-1])
+    done = _python(_LOAD + "\n    import sglang.srt.managers.scheduler as s\n    print(s.PrefillDelayer is pd.PrefillDelayer)",
+                   {"PREFILL_DELAYER_PROFILE": "sglang"})
+    assert done.returncode == 0 and done.stdout.strip().splitlines()[-1] == "True", done.stderr
+
+
+# ----- side by side on gloo ranks ----------------------------------------------------------------
+
+SCHEDULE = {"prefill_delayer_queue_min_ratio": 0.5, "prefill_delayer_max_delay_ms": 50.0, "prefill_max_requests": 6}
+MAX_DELAY_PASSES = 5
+WATERMARK = 0.3
+# Single-feature profiles, registered in the ranks only: 0.5.22 plus one of hardened's own features.
+VARIANTS = {"gathered-max-running-requests": "test-0.5.22+gathered-mrr", "skip-slot-only": "test-0.5.22+skip-slot-only"}
+
+
+def make_trace(seed: int, world: int, passes: int) -> list[dict[str, Any]]:
+    """Random passes: a shared time step, and per rank its inputs, negotiate calls and batch size."""
+    rng = random.Random(seed)
+    trace = []
+    for _ in range(passes):
+        ranks = []
+        for _ in range(world):
+            prefillable = rng.random() < 0.75
+            wq = rng.randint(0, 10)
+            ranks.append({
+                "prefillable": prefillable, "usage": rng.choice([0.1, 0.6, 0.9, 0.9]),
+                "rb": rng.randint(0, 20), "pb": rng.randint(0, 10), "mrr": rng.choice([12, 16, 24, 32]), "wq": wq,
+                "calls": rng.choice([1, 1, 2]) if prefillable else rng.choice([0, 0, 1]), "bs": rng.randint(1, max(wq, 1)),
+            })
+        trace.append({"dt": rng.choice([0.0, 0.004, 0.012, 0.03, 0.07]), "ranks": ranks})
+    return trace
+
+
+def _register_variants() -> None:
+    from prefill_delayer.spec import profiles as p
+
+    base = p.PROFILE_BY_NAME["sglang-0.5.22"]
+    assert base.features | {p.GATHERED_MRR, p.SKIP_SLOT_ONLY} == p.PROFILE_BY_NAME["hardened"].features
+    for feature, name in VARIANTS.items():
+        p.PROFILE_BY_NAME[name] = p.Profile(name, base.features | {feature}, (), f"test: sglang-0.5.22 plus {feature}")
+
+
+def _one_pass(executor_cls: Any, delayer: Any, rec: Recorder, logs: list[str], r: dict[str, Any]) -> list[Any]:
+    """One scheduler pass as SGLang's scheduler drives it; what it returned, recorded and logged."""
+    n_metrics, n_logs = len(rec.calls), len(logs)
+    ex = executor_cls(delayer, r["usage"])
+    allows = []
+    for i in range(r["calls"]):
+        rb, wq = (r["rb"], r["wq"]) if i == 0 else (r["rb"] + 1, max(r["wq"] - 1, 0))
+        allows.append(ex.negotiate_should_allow_prefill(r["prefillable"], rb, r["pb"], r["mrr"], wq))
+    actual = r["bs"] if allows and allows[0] and r["prefillable"] else 0
+    returned = ex.finalize(actual_prefill_bs=actual)
+    return [allows, list(decision_tuple(ex._result)), returned, rec.calls[n_metrics:], logs[n_logs:]]
+
+
+class _Lines(logging.Handler):
+    def __init__(self, out: list[str]) -> None:
+        super().__init__(logging.INFO)
+        self.out = out
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.out.append(record.getMessage())
+
+
+def _side_by_side_scenario(rank: int, world: int, layouts: list[dict[str, Any]], traces: list[list[dict[str, Any]]]) -> dict:
+    os.environ["SGLANG_PREFILL_DELAYER_DEBUG_LOG"] = "1"  # before SGLang's module is imported: it reads it then
+    clock = Clock(rate=1.0 + 0.15 * rank, offset=1000.0 + 7.0 * rank)  # this rank's clock, skewed against the others
+    theirs_mod = their_module(clock)
+    import prefill_delayer.runtime.metrics as our_metrics
+
+    our_metrics._DEBUG_LOG = True  # the forkserver imported it before the variable was set
+    from prefill_delayer.integrations.sglang import PrefillDelayer, PrefillDelayerSinglePassExecutor
+
+    _register_variants()
+    logs: list[str] = []
+    for name in ("sglang.srt.managers.prefill_delayer", "prefill_delayer.runtime.metrics"):
+        lg = logging.getLogger(name)
+        lg.setLevel(logging.INFO)
+        lg.addHandler(_Lines(logs))
+    out: dict[str, Any] = {}
+    for li, layout in enumerate(layouts):
+        ctx = publish_context(rank, world, layout, SCHEDULE)
+        debug = ctx["attn_tp_rank"] == 0  # as SGLang's scheduler passes it
+        for ti, trace in enumerate(traces):
+            recs = {k: Recorder() for k in ("theirs", "ours", "hardened", *VARIANTS)}
+            theirs = theirs_mod.PrefillDelayer(max_delay_passes=MAX_DELAY_PASSES, token_usage_low_watermark=WATERMARK,
+                                               metrics_collector=recs["theirs"], debug_log_enabled=debug)
+            ours = PrefillDelayer(MAX_DELAY_PASSES, WATERMARK, recs["ours"], debug, clock=clock)
+            others = {k: PrefillDelayer(MAX_DELAY_PASSES, WATERMARK, recs[k], False, clock=clock, profile=p)
+                      for k, p in (("hardened", "hardened"), *VARIANTS.items())}
+            rows: dict[str, list] = {k: [] for k in recs}
+            for step in trace:
+                clock.t += step["dt"]
+                r = step["ranks"][rank]
+                for k, d in others.items():  # each from the state SGLang's delayer is in (ours is in the same)
+                    d.core._state = ours.core.state
+                    rows[k].append(_one_pass(PrefillDelayerSinglePassExecutor, d, recs[k], [], r))
+                rows["theirs"].append(_one_pass(theirs_mod.PrefillDelayerSinglePassExecutor, theirs, recs["theirs"], logs, r))
+                rows["ours"].append(_one_pass(PrefillDelayerSinglePassExecutor, ours, recs["ours"], logs, r))
+            out[f"{li}/{ti}"] = {**rows, "ctx": ctx, "their_skip": theirs.skip_first_delayer, "our_skip": ours.skip_first_delayer}
+    return out
+
+
+def _check_side_by_side(outs: list[dict], n_layouts: int, n_traces: int) -> dict[str, int]:
+    """Every rank: ours == theirs on every pass; hardened differs only where a feature applies. Counts by feature."""
+    counts = {"passes": 0, "hardened differs": 0, **{f: 0 for f in VARIANTS}, "both": 0, "debug lines": 0}
+    for key in (f"{li}/{ti}" for li in range(n_layouts) for ti in range(n_traces)):
+        for rank, out in enumerate(outs):
+            o = out[key]
+            assert o["ours"] == o["theirs"], f"{key} rank {rank}: ours differs from SGLang's own"
+            assert o["our_skip"] == o["their_skip"]
+            for k, theirs in enumerate(o["theirs"]):
+                counts["passes"] += 1
+                counts["debug lines"] += len(theirs[4])
+                applies = {f for f, name in VARIANTS.items() if o[f][k][:4] != theirs[:4]}
+                hardened = o["hardened"][k][:4]
+                where = f"{key} pass {k} rank {rank} ({o['ctx']})"
+                if hardened != theirs[:4]:
+                    counts["hardened differs"] += 1
+                    assert applies, f"{where}: hardened differs with no feature applying: {hardened} vs {theirs}"
+                    for f in applies:
+                        counts[f] += 1
+                    if len(applies) == 1:
+                        (f,) = applies
+                        assert hardened == o[f][k][:4], f"{where}: hardened is not what {f} alone gives"
+                    else:
+                        counts["both"] += 1
+                else:
+                    assert not applies or len(applies) == 2, f"{where}: {applies} applies yet hardened agrees"
+    return counts
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("world, layouts", [
+    (2, [layout_widths(2, attn_dp_size=2), layout_widths(2, dp_size=2)]),
+    (4, [layout_widths(4, attn_dp_size=2), layout_widths(4, attn_cp_size=2)]),
+], ids=["world2-dpattn-on-off", "world4-attntp2-dpattn-on-off-cp2"])
+def test_ours_and_sglangs_own_side_by_side_on_gloo_ranks(world: int, layouts: list[dict[str, Any]]) -> None:
+    traces = [make_trace(seed, world, 60) for seed in (world * 100 + s for s in range(3))]
+    outs = results(spawn_gloo(world, _side_by_side_scenario, layouts, traces, timeout_s=240.0))
+    ctx = [outs[0][f"{li}/0"]["ctx"] for li in range(len(layouts))]
+    assert [c["attn_dp_enabled"] for c in ctx] == [True, False]
+    assert all(c["attn_tp_size"] == (2 if world == 4 or not c["attn_dp_enabled"] else 1) for c in ctx)
+    counts = _check_side_by_side(outs, len(layouts), len(traces))
+    print(f"world {world}: {counts}")
+    assert counts["hardened differs"] > 0 and all(counts[f] > 0 for f in VARIANTS), counts  # the check can fail
+    assert counts["debug lines"] > 0
+
+
+# ----- the runtime's failure cases, through the shell --------------------------------------------
+
+
+def _failures_scenario(rank: int, world: int) -> dict[str, Any]:
+    from prefill_delayer.integrations.sglang import PrefillDelayer, PrefillDelayerSinglePassExecutor
+    from prefill_delayer.runtime import ConfigMismatchError, PeerInputError
+
+    publish_context(rank, world, layout_widths(world, attn_dp_size=world), SCHEDULE)
+    out: dict[str, Any] = {}
+    d = PrefillDelayer(3, 0.5)
+    ex = PrefillDelayerSinglePassExecutor(d, 0.9)
+    ex.negotiate_should_allow_prefill(rank == 0, 0, 0, 16, 2)
+    out["first"] = ex.finalize(actual_prefill_bs=0)  # mixed: delayed, and the attempt estimate comes back
+    before = d.state
+    ex = PrefillDelayerSinglePassExecutor(d, 0.9)
+    try:
+        ex.negotiate_should_allow_prefill(True, 0, 0, 16, -3 if rank == 1 else 2)
+    except PeerInputError as err:
+        out["bad"] = error_info(err)
+    out["kept"] = d.state == before and d.passes == 1 and before.control == "delaying"
+    ex = PrefillDelayerSinglePassExecutor(d, 0.9)
+    out["after"] = (ex.negotiate_should_allow_prefill(True, 0, 0, 16, 2), ex._result.output_reason)
+    ex.finalize(actual_prefill_bs=2)
+    mismatched = PrefillDelayer(3 + rank, 0.5)
+    try:
+        PrefillDelayerSinglePassExecutor(mismatched, 0.9).finalize(actual_prefill_bs=0)
+    except ConfigMismatchError as err:
+        out["mismatch"] = error_info(err)
+    out["mismatch_kept"] = mismatched.passes == 0
+    return out
+
+
+@pytest.mark.multiprocess
+def test_bad_input_and_config_mismatch_through_the_shell() -> None:
+    outs = results(spawn_gloo(2, _failures_scenario))
+    for rank, o in enumerate(outs):
+        assert o["first"] == (2 if rank == 0 else 0)  # the attempt estimate: min(waiting 2, free slots 16); none on rank 1
+        assert o["bad"]["type"] == "PeerInputError" and o["bad"]["attrs"]["bad_fields"] == {1: ("waiting_queue_len",)}
+        assert o["bad"]["message"] == outs[0]["bad"]["message"] and "pass 2" in o["bad"]["message"]
+        assert o["kept"] and o["after"] == (True, "wait_success")
+        assert o["mismatch"]["type"] == "ConfigMismatchError" and o["mismatch"]["message"] == outs[0]["mismatch"]["message"]
+        assert o["mismatch_kept"]
+
+
+def _dead_peer_scenario(rank: int, world: int) -> dict[str, Any]:
+    import time
+
+    from prefill_delayer.integrations.sglang import PrefillDelayer, PrefillDelayerSinglePassExecutor
+    from prefill_delayer.runtime import CollectiveError
+
+    publish_context(rank, world, layout_widths(world, attn_dp_size=world), SCHEDULE, gloo_timeout_s=COLLECTIVE_TIMEOUT_S)
+    d = PrefillDelayer(5, None)
+    ex = PrefillDelayerSinglePassExecutor(d, 0.9)
+    ex.negotiate_should_allow_prefill(rank != 0, 0, 0, 16, 2)
+    ex.finalize(actual_prefill_bs=0)
+    if rank == world - 1:
+        os._exit(0)  # dies between passes, as a crashed scheduler would
+    before, t0 = d.state, time.monotonic()
+    try:
+        PrefillDelayerSinglePassExecutor(d, 0.9).negotiate_should_allow_prefill(True, 0, 0, 16, 2)
+    except CollectiveError as err:
+        return {"elapsed": time.monotonic() - t0, "error": error_info(err), "kept": d.state == before}
+    return {"elapsed": time.monotonic() - t0, "error": None}
+
+
+@pytest.mark.multiprocess
+def test_dead_peer_through_the_shell() -> None:
+    out = spawn_gloo(3, _dead_peer_scenario, destroy=False)
+    assert out[2] == ("exit", 0)
+    for rank in (0, 1):
+        status, o = out[rank]
+        assert status == "ok" and o["error"] is not None, o
+        assert o["elapsed"] < COLLECTIVE_TIMEOUT_S + 2.0 and o["kept"]
+        assert o["error"]["attrs"]["pass_number"] == 2 and "cpu_group (gloo, 3 ranks" in o["error"]["message"]
