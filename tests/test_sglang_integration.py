@@ -387,3 +387,15 @@ def test_dead_peer_through_the_shell() -> None:
         assert status == "ok" and o["error"] is not None, o
         assert o["elapsed"] < COLLECTIVE_TIMEOUT_S + 2.0 and o["kept"]
         assert o["error"]["attrs"]["pass_number"] == 2 and "cpu_group (gloo, 3 ranks" in o["error"]["message"]
+
+
+@pytest.mark.multiprocess
+def test_benchmark_script_runs_and_counts_host_reads() -> None:
+    """A smoke run (few passes): the script must keep working; its timings are not judged here, its counts are."""
+    done = subprocess.run([sys.executable, "-m", "prefill_delayer.integrations.sglang.bench", "--passes", "8", "--rounds", "1"],
+                          capture_output=True, text=True, timeout=240, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    rows = [line.split() for line in done.stdout.splitlines() if line.split()[:1] in (["wall"], ["cpu"])]
+    assert [r[0] for r in rows] == ["wall", "cpu"] and all(float(x) >= 0 for r in rows for x in r[1:4]), done.stdout
+    reads = next(line for line in done.stdout.splitlines() if line.startswith("host reads per pass"))
+    assert "ours 0.00" in reads and float(reads.rsplit("theirs ", 1)[1]) >= 1.0, reads  # theirs reads back per pass
