@@ -399,3 +399,16 @@ def test_benchmark_script_runs_and_counts_host_reads() -> None:
     assert [r[0] for r in rows] == ["wall", "cpu"] and all(float(x) >= 0 for r in rows for x in r[1:4]), done.stdout
     reads = next(line for line in done.stdout.splitlines() if line.startswith("host reads per pass"))
     assert "ours 0.00" in reads and float(reads.rsplit("theirs ", 1)[1]) >= 1.0, reads  # theirs reads back per pass
+
+
+def test_the_readme_check_runs_as_written() -> None:
+    readme = (TESTS.parent / "README.md").read_text()
+    section = readme.split("## Use it in SGLang", 1)[1].split("\n## ", 1)[0]
+    blocks = [b.split("```", 1)[0].strip() for b in section.split("```bash\n")[1:]]
+    check = next(b for b in blocks if b.startswith("PREFILL_DELAYER_PROFILE=hardened python -c"))
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFILL_DELAYER_PROFILE", "SGLANG_PLUGINS")}
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    done = subprocess.run(["bash", "-c", check], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "prefill_delayer.integrations.sglang.shell hardened"
+    assert "prefill_delayer.integrations.sglang.shell hardened" in section  # what the README says it prints
