@@ -47,6 +47,7 @@ def run_trace(trace: dict[str, Any], profile: str | None = None) -> list[list[di
             gather=gather,
             clock=lambda: clock_now[0],
             attn_cp_size=cfg["attn_cp_size"],
+            decision_log=False,  # a replay is not a deployment: never write into PREFILL_DELAYER_DECISION_LOG's folder
         )
         out = []
         for p in passes:

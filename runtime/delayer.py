@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from typing import Any, Callable, NoReturn, Optional, Sequence
 
 from ..fsm import INITIAL_STATE, DelayerMachine, Decision, State, local_for
@@ -31,6 +32,7 @@ from ..spec.inputs import CLOCK, args_problems, clock_problem, mask_fields, prob
 from ..spec.ops import PY
 from ..spec.table import IDLE
 from ..spec.view import F_ERROR, F_FINGERPRINT, ROW_LEN, gathered_view
+from .decision_log import DecisionLog, open_decision_log
 from .errors import CollectiveError, ConfigMismatchError, PeerInputError
 from .gather import GatherFn, default_gather, describe
 from . import metrics as _metrics
@@ -46,6 +48,8 @@ logger = logging.getLogger(__name__)
 # error mask says which inputs were bad, the fingerprint is still checked.
 _N_POLICY_FIELDS = F_ERROR
 assert F_FINGERPRINT == F_ERROR + 1 == ROW_LEN - 1
+_INPUT_NAMES = ("local_prefillable", "token_usage", "running_batch", "max_prefill_bs", "max_running_requests",
+                "waiting_queue_len")
 
 
 class PrefillDelayer:
@@ -60,6 +64,11 @@ class PrefillDelayer:
     ranks per DP group, profiles from sglang-0.5.22 on) and ``debug_log_enabled``
     (SGLang 0.5.18's switch for the debug log lines, which also need
     ``SGLANG_PREFILL_DELAYER_DEBUG_LOG``).
+
+    ``decision_log`` turns on the decision log (``runtime.decision_log``): a file
+    path, a folder (``rank{global_rank}.jsonl`` in it), a writable text file or a
+    ``DecisionLogOptions``; ``None`` (default) leaves it to the environment variable
+    ``PREFILL_DELAYER_DECISION_LOG=DIR``, ``False`` turns it off. ``close()`` flushes it.
 
     ``server_args`` is read for ``enable_dp_attention``, ``disable_overlap_schedule``,
     ``prefill_delayer_queue_min_ratio``, ``prefill_delayer_max_delay_ms`` and
@@ -85,6 +94,7 @@ class PrefillDelayer:
         gather: Optional[GatherFn] = None,
         clock: Optional[Callable[[], float]] = None,
         attn_cp_size: int = 1,
+        decision_log: Any = None,
         debug_log_enabled: bool = True,
     ) -> None:
         self.config = Config(
@@ -149,6 +159,12 @@ class PrefillDelayer:
         self._shadow: Optional[DelayerMachine] = DelayerMachine(c, self._step.table) if get_bool_env_var(CROSSCHECK_ENV) else None
         self._state: State = INITIAL_STATE
         self._passes = 0
+        # Last: the header it writes records the finished configuration.
+        self._log: Optional[DecisionLog] = open_decision_log(
+            decision_log, c, gather, registry=getattr(metrics_collector, "registry", None)
+        )
+        if self._log is not None:
+            weakref.finalize(self, self._log.close)  # flushed when the delayer goes, and at exit
 
     # ----- state -------------------------------------------------------------
 
@@ -163,6 +179,16 @@ class PrefillDelayer:
         return self._passes
 
     @property
+    def decision_log(self) -> Optional[DecisionLog]:
+        """The decision log, or ``None`` when it is off."""
+        return self._log
+
+    def close(self) -> None:
+        """Flush and close the decision log (if any); the delayer itself needs no closing."""
+        if self._log is not None:
+            self._log.close()
+
+    @property
     def skip_first_delayer(self) -> bool:
         """The seed's one-shot flag (``skip_first_armed``); settable, as SGLang's tests do."""
         return self._state.skip_first_armed
@@ -172,6 +198,8 @@ class PrefillDelayer:
         if not isinstance(value, bool):
             raise TypeError(f"skip_first_delayer must be a bool, got {value!r}")
         self._state = self._state._replace(skip_first_armed=value)
+        if self._log is not None:
+            self._log.flag_set(self._passes, value)
 
     # ----- one pass ----------------------------------------------------------
 
@@ -215,25 +243,38 @@ class PrefillDelayer:
         try:
             flat = gather_flat(row) if gather_flat is not None else self._gather(row)
         except Exception as err:
-            raise CollectiveError(
+            failure = CollectiveError(
                 f"pass {pass_number}: all-gather over {self._group} failed: {type(err).__name__}: {err}",
                 pass_number=pass_number,
                 group=self._group,
-            ) from err
-        if gather_flat is None:
-            flat = self._flatten(flat, pass_number)
-        if (
-            problems
-            or len(flat) != self._flat_len
-            or flat[F_FINGERPRINT::ROW_LEN].count(self._fingerprint) != self._world_size
-            or any(flat[F_ERROR::ROW_LEN])
-        ):
-            self._reject(flat, pass_number, problems, clock_error)
+            )
+            if self._log is not None:
+                self._log_failed(pass_number, now, None, state, failure, local_prefillable, token_usage, running_batch,
+                                 max_prefill_bs, max_running_requests, waiting_queue_len)
+            raise failure from err
+        try:
+            if gather_flat is None:
+                flat = self._flatten(flat, pass_number)
+            if (
+                problems
+                or len(flat) != self._flat_len
+                or flat[F_FINGERPRINT::ROW_LEN].count(self._fingerprint) != self._world_size
+                or any(flat[F_ERROR::ROW_LEN])
+            ):
+                self._reject(flat, pass_number, problems, clock_error)
+        except Exception as failure:
+            if self._log is not None:
+                self._log_failed(pass_number, now, flat, state, failure, local_prefillable, token_usage, running_batch,
+                                 max_prefill_bs, max_running_requests, waiting_queue_len)
+            raise
         decision = step.negotiate(state, now, max_running_requests, flat)
         if self._shadow is not None:
             self._crosscheck(state, now, max_running_requests, flat, decision)
         self._state = decision.next_state
         self._passes = pass_number
+        log = self._log
+        if log is not None:
+            log.passed(pass_number, now, token_usage, max_running_requests, flat, state, decision)
         return decision
 
     # The seed's private name, for drop-in call sites.
@@ -250,6 +291,11 @@ class PrefillDelayer:
                 raise AssertionError(f"compiled finalize gave {after}, the transitions machine {want}")
         self._state = after
         return after
+
+    def _log_failed(self, pass_number: int, now: Any, flat: Any, state: State, failure: BaseException, *args: Any) -> None:
+        """A failed pass's line in the decision log: the error, the inputs, the rows if any came back."""
+        assert self._log is not None
+        self._log.failed(pass_number, now, dict(zip(_INPUT_NAMES, args)), flat, state, failure)
 
     def _flatten(self, rows: Sequence[Sequence[int]], pass_number: int) -> list[int]:
         """A custom gather's rows, concatenated, after checking their shape."""

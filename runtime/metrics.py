@@ -11,6 +11,7 @@ dashboards built on SGLang's metrics keep working.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any, Iterable, Mapping, Optional
 
 from .server_args import DEBUG_LOG_ENV, get_bool_env_var
@@ -75,6 +76,7 @@ class PrometheusPrefillDelayerMetrics:
         if clash:
             raise ValueError(f"labels {sorted(clash)} are reserved for the outcome counter")
         reg = REGISTRY if registry is None else registry
+        self.registry = reg  # the decision log counts its failures here too
         names = list(self.labels)
         self.wait_forward_passes = Histogram(
             WAIT_FORWARD_PASSES,
@@ -158,3 +160,35 @@ def record_single_pass_result(
             output_reason=output.output_reason,
             actual_execution=actual_execution,
         )
+
+
+# ----- the decision log's own failures ----------------------------------------------
+
+DECISION_LOG_ERRORS = "prefill_delayer_decision_log_errors_total"
+_COUNTER_ATTR = "_prefill_delayer_decision_log_errors"  # the counter, kept on the registry it is registered on
+_decision_log_lock = threading.Lock()
+
+
+def count_decision_log_error(reason: str, registry: Any = None) -> bool:
+    """Count a decision log that stopped (``reason``: open, write, encode, behind); False without prometheus_client.
+
+    The counter is ours, not SGLang's: registered on first use, once per registry
+    (the default one unless ``registry`` is given).
+    """
+    try:
+        from prometheus_client import REGISTRY, Counter
+    except ImportError:
+        return False
+    reg = REGISTRY if registry is None else registry
+    with _decision_log_lock:
+        counter = getattr(reg, _COUNTER_ATTR, None)
+        if counter is None:
+            counter = Counter(
+                DECISION_LOG_ERRORS,
+                "Prefill delayer decision logs that stopped because they could not be written.",
+                labelnames=["reason"],
+                registry=reg,
+            )
+            setattr(reg, _COUNTER_ATTR, counter)
+    counter.labels(reason=reason).inc(1)
+    return True

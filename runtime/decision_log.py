@@ -1,0 +1,479 @@
+"""The decision log: one JSON line per pass, enough to re-derive the pass's decision from the spec alone.
+
+Off by default. ``PrefillDelayer(..., decision_log=PATH | FILE | DecisionLogOptions)``
+turns it on, or the environment variable ``PREFILL_DELAYER_DECISION_LOG=DIR``,
+which writes ``DIR/rank{global_rank}.jsonl`` (so it works unchanged inside
+SGLang, whose scheduler builds the delayer itself). ``prefill-delayer check-log``
+replays the lines through the ``transitions`` machine.
+
+Lines (``kind`` first):
+
+* ``header``, first in every file: the full configuration, its fingerprint, the
+  profile, the spec hash, this rank's place in the gather, the run id, and the
+  field names of the rows, states and decisions;
+* ``pass``, per successful pass: pass number, rank, wall time, this rank's
+  clock reading (``now``), ``token_usage`` and ``max_running_requests``
+  (``mrr``), the gathered rows exactly as received (concatenated, rank order),
+  the state before (finalized), the decision and the state after, then
+  profile, spec hash and fingerprint;
+* ``fail``, per failed pass (``PeerInputError``, ``ConfigMismatchError``,
+  ``CollectiveError``): the error and what the pass had seen;
+* ``set``: the seed's ``skip_first_delayer`` flag set from outside.
+
+Why the hot path looks like this: a pass must cost at most a few µs more with
+the log on. The line is formatted directly (no dict, no ``json.dumps``; a
+list of plain ints is valid JSON as ``str`` prints it), appended to a deque,
+and a daemon thread writes, flushes (every ``flush_interval_s``, and at
+``close``) and rotates by size. A log that cannot be written never breaks a
+pass: the first failure is reported once (``logging``), counted in
+``prefill_delayer_decision_log_errors_total``, and the log stops.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import json
+import logging
+import math
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Optional, Sequence, Union
+
+from ..fsm.step import Decision, State
+from ..spec.config import Config
+from ..spec.errors import ConfigError
+from ..spec.view import ROW_FIELDS
+from .metrics import count_decision_log_error
+
+logger = logging.getLogger(__name__)
+
+DECISION_LOG_ENV = "PREFILL_DELAYER_DECISION_LOG"
+MAX_MB_ENV = "PREFILL_DELAYER_DECISION_LOG_MAX_MB"
+KEEP_ENV = "PREFILL_DELAYER_DECISION_LOG_KEEP"
+FORMAT = 1
+DEFAULT_MAX_BYTES = 256 * 2**20
+DEFAULT_BACKUP_COUNT = 8
+DEFAULT_FLUSH_INTERVAL_S = 0.5
+# Lines waiting for the writer thread; beyond this the writer is stuck (a hung
+# disk): the log stops rather than grow without bound.
+MAX_PENDING = 1 << 17
+
+KIND_HEADER, KIND_PASS, KIND_FAIL, KIND_SET = "header", "pass", "fail", "set"
+STATE_FIELDS = State._fields
+DECISION_FIELDS = tuple(f for f in Decision._fields if f != "next_state")
+
+_BOOL = {True: "true", False: "false"}
+_flt = float.__repr__
+
+
+@functools.lru_cache(maxsize=1)
+def build_spec_hash() -> str:
+    """This build's ``spec.hashing.spec_hash()``, read once per process."""
+    from ..spec.hashing import spec_hash
+
+    return spec_hash()
+
+
+@dataclass(frozen=True)
+class DecisionLogOptions:
+    """Where and how to log. ``target``: a file path, an existing folder (``rank{r}.jsonl`` in it),
+    or a writable text file (written to, never rotated or closed here)."""
+
+    target: Union[str, "os.PathLike[str]", IO[str]]
+    max_bytes: int = DEFAULT_MAX_BYTES
+    backup_count: int = DEFAULT_BACKUP_COUNT
+    flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S
+    folder: bool = False  # ``target`` is a folder even if it does not exist (the environment variable)
+
+    def __post_init__(self) -> None:
+        for name, low in (("max_bytes", 1), ("backup_count", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ConfigError(f"decision log: {name} must be an int >= {low}, got {value!r}")
+        f = self.flush_interval_s
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not (0 < f <= 1.0):
+            raise ConfigError(f"decision log: flush_interval_s must be a number in (0, 1], got {f!r}")
+        t = self.target
+        if not isinstance(t, (str, os.PathLike)) and not callable(getattr(t, "write", None)):
+            raise ConfigError(f"decision_log must be a path, a folder or a writable text file, got {t!r}")
+        if isinstance(t, (str, os.PathLike)) and not os.fspath(t):
+            raise ConfigError("decision_log: empty path")
+
+
+def _env_int(name: str, default: int, scale: int = 1) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default * scale
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 1 and not (name == KEEP_ENV and value == 0):
+        raise ConfigError(f"{name}={raw!r}: expected a whole number >= {0 if name == KEEP_ENV else 1}")
+    return value * scale
+
+
+def options_from(decision_log: Any) -> Optional[DecisionLogOptions]:
+    """The constructor's ``decision_log=`` (``None``: the environment decides; ``False``: off) as options."""
+    if decision_log is False:
+        return None
+    if decision_log is None:
+        where = os.environ.get(DECISION_LOG_ENV, "").strip()
+        if not where:
+            return None
+        return DecisionLogOptions(
+            Path(where),
+            max_bytes=_env_int(MAX_MB_ENV, DEFAULT_MAX_BYTES // 2**20, 2**20),
+            backup_count=_env_int(KEEP_ENV, DEFAULT_BACKUP_COUNT),
+            folder=True,
+        )
+    if isinstance(decision_log, DecisionLogOptions):
+        return decision_log
+    return DecisionLogOptions(
+        decision_log,
+        max_bytes=_env_int(MAX_MB_ENV, DEFAULT_MAX_BYTES // 2**20, 2**20),
+        backup_count=_env_int(KEEP_ENV, DEFAULT_BACKUP_COUNT),
+    )
+
+
+def place_in_gather(gather: Any) -> tuple[int, Optional[int], Optional[list[int]]]:
+    """(global rank, rank in the gather, the gather's global ranks) as far as they are known.
+
+    A ``TorchGather`` knows all three; an in-process gather its rank; any other
+    gather takes the process's global rank when torch.distributed is up, else 0.
+    torch is never imported here: a gather over torch has imported it already.
+    """
+    dist = sys.modules.get("torch.distributed")
+    up = dist is not None and dist.is_available() and dist.is_initialized()
+    group_rank = getattr(gather, "rank", None)
+    if isinstance(group_rank, bool) or not isinstance(group_rank, int):
+        group_rank = None
+    group = getattr(gather, "_group", None) if type(gather).__name__ == "TorchGather" else None
+    if up and type(gather).__name__ == "TorchGather":
+        ranks: Optional[list[int]]
+        try:
+            ranks = list(dist.get_process_group_ranks(group if group is not None else dist.group.WORLD))
+        except Exception:  # noqa: BLE001 - an old torch, a group object it does not know: unknown, not fatal
+            ranks = None
+        return dist.get_rank(), group_rank, ranks
+    if group_rank is not None:
+        return group_rank, group_rank, None
+    return (dist.get_rank() if up else 0), None, None
+
+
+def _safe(x: Any) -> Any:
+    """A value for a ``fail`` line: JSON as is where it can be, else its repr."""
+    if x is None or isinstance(x, (bool, str)):
+        return x
+    if isinstance(x, int):
+        return int(x)
+    if isinstance(x, float):
+        return x if math.isfinite(x) else repr(x)
+    if isinstance(x, (list, tuple)):
+        return [_safe(v) for v in x]
+    return repr(x)
+
+
+def state_text(s: State) -> str:
+    ws = s[2]
+    return (
+        f'{{"control":"{s[0]}","delayed_count":{s[1]:d},"wait_start":{"null" if ws is None else _flt(float(ws))},'
+        f'"skip_first_armed":{_BOOL[bool(s[3])]}}}'
+    )
+
+
+class DecisionLog:
+    """One rank's decision log: formats lines on the caller's thread, writes them on its own."""
+
+    def __init__(
+        self,
+        options: DecisionLogOptions,
+        config: Config,
+        *,
+        rank: int,
+        group_rank: Optional[int],
+        group_ranks: Optional[Sequence[int]],
+        registry: Any = None,
+    ) -> None:
+        self.options = options
+        self.config = config
+        self.rank = rank
+        self.registry = registry
+        self.run = uuid.uuid4().hex[:16]
+        self.active = True  # False once closed or failed: every method returns at once
+        self.failure: Optional[str] = None  # why the log stopped, when it failed
+        self.lines_written = 0
+        self.path: Optional[Path] = None
+        self._file: Optional[IO[str]] = None
+        self._owns_file = False
+        self._part = 0
+        self._bytes = 0
+        self._pending: collections.deque[str] = collections.deque()
+        self._io_lock = threading.RLock()
+        self._fail_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._batch = 1024
+        self._state_cache: dict[State, str] = {}
+        fp = config.fingerprint()
+        self._header = {
+            "kind": KIND_HEADER,
+            "format": FORMAT,
+            "rank": rank,
+            "group_rank": group_rank,
+            "world_size": config.world_size,
+            "group_ranks": None if group_ranks is None else list(group_ranks),
+            "config": config.as_dict(),
+            "fingerprint": fp,
+            "profile": config.profile,
+            "spec_hash": build_spec_hash(),
+            "run": self.run,
+            "started": time.time(),
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "row_fields": list(ROW_FIELDS),
+            "state_fields": list(STATE_FIELDS),
+            "decision_fields": list(DECISION_FIELDS),
+        }
+        # The constant start and end of every pass line.
+        self._head = f'{{"kind":"{KIND_PASS}","rank":{rank:d},"pass":'
+        self._tail = f',"profile":{json.dumps(config.profile)},"spec_hash":"{self._header["spec_hash"]}","fingerprint":{fp:d}}}\n'
+        try:
+            self._open()
+        except Exception as err:  # noqa: BLE001 - reported and counted, never raised into the scheduler
+            self._fail("open", err)
+            self._close_file()
+            return
+        self._thread = threading.Thread(target=self._run, name=f"prefill-delayer-decision-log-rank{rank}", daemon=True)
+        self._thread.start()
+
+    # ----- the caller's side (the scheduler's thread) -----------------------------------
+
+    def passed(self, number: int, now: float, token_usage: float, mrr: int, flat: Sequence[int], before: State,
+               decision: Decision) -> None:
+        """Queue the line of a successful pass (a few µs; never raises)."""
+        if not self.active:
+            return
+        try:
+            cache = self._state_cache
+            b = cache.get(before)
+            if b is None:
+                b = state_text(before)
+                if before[2] is None:
+                    cache[before] = b
+            after = decision[0]
+            a = cache.get(after)
+            if a is None:
+                a = state_text(after)
+                if after[2] is None:
+                    cache[after] = a
+            rows = str(flat) if set(map(type, flat)) == _INTS else json.dumps(list(flat), default=int)
+            line = (
+                f'{self._head}{number:d},"wall":{_flt(time.time())},"now":{_flt(float(now))},'
+                f'"token_usage":{_flt(float(token_usage))},"mrr":{mrr:d},"rows":{rows},"before":{b},'
+                f'"decision":{{"input_estimation":"{decision[1]}","output_allow":{_BOOL[decision[2]]},'
+                f'"output_reason":"{decision[3]}","num_prefillable":{decision[4]:d},'
+                f'"num_token_watermark_force_allow":{decision[5]:d},"wait_forward_passes":{decision[6]:d},'
+                f'"wait_seconds":{_flt(float(decision[7]))}}},"after":{a}{self._tail}'
+            )
+        except Exception as err:  # noqa: BLE001
+            self._fail("encode", err)
+            return
+        self._queue(line)
+
+    def failed(self, number: int, now: Any, inputs: dict[str, Any], flat: Optional[Sequence[Any]], before: State,
+               error: BaseException) -> None:
+        """Queue the line of a failed pass (the error, and what the pass had seen)."""
+        if not self.active:
+            return
+        try:
+            line = json.dumps({
+                "kind": KIND_FAIL, "rank": self.rank, "pass": number, "wall": time.time(), "now": _safe(now),
+                "inputs": {k: _safe(v) for k, v in inputs.items()},
+                "rows": None if flat is None else _safe(list(flat)),
+                "before": json.loads(state_text(before)),
+                "error": type(error).__name__, "message": str(error),
+                "profile": self.config.profile, "spec_hash": self._header["spec_hash"],
+                "fingerprint": self._header["fingerprint"],
+            }) + "\n"
+        except Exception as err:  # noqa: BLE001
+            self._fail("encode", err)
+            return
+        self._queue(line)
+
+    def flag_set(self, after_pass: int, skip_first_armed: bool) -> None:
+        """Queue a ``set`` line: the skip flag was set from outside after pass ``after_pass``."""
+        if self.active:
+            self._queue(json.dumps({"kind": KIND_SET, "rank": self.rank, "after_pass": after_pass, "wall": time.time(),
+                                    "skip_first_armed": bool(skip_first_armed)}) + "\n")
+
+    def _queue(self, line: str) -> None:
+        pending = self._pending
+        pending.append(line)
+        n = len(pending)
+        if n >= self._batch:
+            if n == self._batch:
+                self._wake.set()
+            elif n >= MAX_PENDING:
+                self._fail("behind", RuntimeError(f"{n} lines waiting: the writer is stuck"))
+
+    # ----- the writer's side ---------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Write every queued line now (tests; ``close``)."""
+        if self.active:
+            self._drain()
+
+    def close(self) -> None:
+        """Write what is queued, stop the writer, close a file this log opened. Idempotent."""
+        if not self.active:
+            return
+        self._drain()
+        with self._io_lock:
+            if not self.active:  # the last write failed
+                return
+            self.active = False
+            self._stopped.set()
+            self._wake.set()
+            self._close_file()
+
+    def _run(self) -> None:
+        interval = self.options.flush_interval_s
+        while not self._stopped.is_set():
+            self._wake.wait(interval)
+            self._wake.clear()
+            if not self._stopped.is_set():
+                self._drain()
+        if self.failure is not None:  # stopped by a failure on the caller's side: let go of the file here
+            with self._io_lock:
+                self._close_file()
+
+    def _drain(self) -> None:
+        with self._io_lock:
+            f = self._file
+            if f is None or not self.active:
+                return
+            pending = self._pending
+            lines = []
+            try:
+                while True:
+                    lines.append(pending.popleft())
+            except IndexError:
+                pass
+            if not lines:
+                return
+            try:
+                text = "".join(lines)
+                f.write(text)
+                f.flush()
+                self.lines_written += len(lines)
+                if self._owns_file:
+                    self._bytes += len(text.encode())
+                    if self._bytes >= self.options.max_bytes:
+                        self._rotate()
+            except Exception as err:  # noqa: BLE001
+                self._fail("write", err)
+                self._close_file()
+
+    def _open(self) -> None:
+        target = self.options.target
+        if not isinstance(target, (str, os.PathLike)):
+            self._file = target  # type: ignore[assignment]
+            self._write_header()
+            return
+        path = Path(target)
+        if self.options.folder:
+            path.mkdir(parents=True, exist_ok=True)
+        if self.options.folder or path.is_dir():
+            path = path / f"rank{self.rank}.jsonl"
+        self.path = path
+        self._owns_file = True
+        if path.exists() and path.stat().st_size > 0:  # an earlier run's log: keep it, as a rotated file
+            self._shift()
+        self._file = open(path, "w", encoding="utf-8")
+        self._bytes = 0
+        self._write_header()
+
+    def _write_header(self) -> None:
+        assert self._file is not None
+        text = json.dumps({**self._header, "part": self._part}) + "\n"
+        self._file.write(text)
+        self._file.flush()
+        self._bytes += len(text.encode())
+
+    def _shift(self) -> None:
+        """path -> path.1 -> ... -> path.N; the oldest beyond ``backup_count`` is removed."""
+        assert self.path is not None
+        keep = self.options.backup_count
+        base = str(self.path)
+        if keep == 0:
+            self.path.unlink()
+            return
+        oldest = Path(f"{base}.{keep}")
+        if oldest.exists():
+            oldest.unlink()
+        for i in range(keep - 1, 0, -1):
+            src = Path(f"{base}.{i}")
+            if src.exists():
+                src.rename(f"{base}.{i + 1}")
+        self.path.rename(f"{base}.1")
+
+    def _rotate(self) -> None:
+        self._close_file()
+        self._shift()
+        self._part += 1
+        assert self.path is not None
+        self._file = open(self.path, "w", encoding="utf-8")
+        self._bytes = 0
+        self._write_header()
+
+    def _close_file(self) -> None:
+        f, self._file = self._file, None
+        if f is not None and self._owns_file:
+            try:
+                f.close()
+            except OSError:
+                pass
+        elif f is not None:
+            try:
+                f.flush()
+            except (OSError, ValueError):
+                pass
+
+    def _fail(self, reason: str, err: BaseException) -> None:
+        """Stop logging: report once, count once; the scheduler never sees it."""
+        with self._fail_lock:
+            if self.failure is not None:
+                return
+            self.failure = f"{reason}: {type(err).__name__}: {err}"
+            self.active = False
+        self._stopped.set()
+        self._wake.set()
+        self._pending.clear()
+        counted = count_decision_log_error(reason, self.registry)
+        where = self.path if self.path is not None else self.options.target
+        logger.error(
+            "prefill-delayer decision log (rank %d, %s) stopped: cannot %s: %s: %s; passes go on without it%s",
+            self.rank, where, {"open": "open it", "write": "write it", "encode": "encode a line",
+                               "behind": "keep up"}.get(reason, reason),
+            type(err).__name__, err, "" if counted else " (prometheus_client not installed: not counted as a metric)",
+        )
+
+
+_INTS = {int}
+
+
+def open_decision_log(decision_log: Any, config: Config, gather: Any, registry: Any = None) -> Optional[DecisionLog]:
+    """The log the constructor's ``decision_log=`` and the environment ask for, or ``None`` (off)."""
+    options = options_from(decision_log)
+    if options is None:
+        return None
+    rank, group_rank, group_ranks = place_in_gather(gather)
+    return DecisionLog(options, config, rank=rank, group_rank=group_rank, group_ranks=group_ranks, registry=registry)
