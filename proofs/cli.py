@@ -47,6 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     simulate = sub.add_parser("simulate", help="run a workload through the real delayer on N lock-step DP ranks; compare profiles")
     add_simulate_arguments(simulate)
+
+    from ..conformance.cli import add_arguments as add_check_log_arguments  # argparse only: nothing is read yet
+
+    check_log = sub.add_parser("check-log", help="hold decision logs against the spec (exit 0 clean, 1 violations, 2 unreadable input)")
+    add_check_log_arguments(check_log)
     return parser
 
 
@@ -58,6 +63,8 @@ def _runner(command: str) -> Callable[[Any], int]:
         from .replay import main as run
     elif command == "simulate":
         from ..sim.cli import run
+    elif command == "check-log":
+        from ..conformance.cli import main as run
     else:
         from ..fsm.docs import main as run
     return run
@@ -69,6 +76,10 @@ def _problem(args: argparse.Namespace) -> Optional[str]:
         return prove_problem(args)
     if args.command == "docs":
         return docs_problem(args)
+    if args.command == "check-log":
+        from ..conformance.cli import options_problem
+
+        return options_problem(args)
     return None
 
 

@@ -1,0 +1,99 @@
+"""``check-log --plot FILE.png``: a per-rank timeline of decisions and the delay-run histogram.
+
+matplotlib is an optional extra (``pip install 'prefill-delayer[plot]'``),
+imported only here, and drawn without pyplot's global state (``Figure`` on an
+Agg canvas), so the CLI never opens a window.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from .checks import Report
+
+# Decision categories, in the timeline's colour order; 0 is "not logged".
+CATEGORIES = (
+    ("not logged", "#ffffff"),
+    ("delay", "#d62728"),
+    ("no_wait", "#2ca02c"),
+    ("wait_success", "#1f77b4"),
+    ("wait_timeout", "#ff7f0e"),
+    ("token_watermark", "#9467bd"),
+    ("none prefillable", "#c7c7c7"),
+)
+_INDEX = {"delay": 1, "no_wait": 2, "wait_success": 3, "wait_timeout": 4, "token_watermark": 5, "": 6}
+MAX_SESSIONS_SHOWN = 4
+
+
+def matplotlib_problem() -> str | None:
+    """Why ``--plot`` cannot work here, or ``None``."""
+    try:
+        import matplotlib  # noqa: F401
+        import numpy  # noqa: F401
+    except ImportError as exc:
+        return f"--plot needs matplotlib ({exc}); install it with pip install 'prefill-delayer[plot]'"
+    return None
+
+
+def plot(report: Report, path: str | Path) -> None:
+    """Draw the timeline of every run (up to four) and the delay-run histogram into ``path``."""
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.colors import ListedColormap
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    sessions = report.sessions[:MAX_SESSIONS_SHOWN]
+    heights = [max(1.2, 0.45 * len(s.logs) + 0.8) for s in sessions] + [2.6]
+    fig = Figure(figsize=(12, sum(heights) + 0.6), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(heights), 1, gridspec_kw={"height_ratios": heights})
+    cmap = ListedColormap([color for _, color in CATEGORIES])
+    for ax, s in zip(axes, sessions):
+        numbers = [r.number for log in s.logs for r in log.passes]
+        lo, hi = (min(numbers), max(numbers)) if numbers else (1, 1)
+        grid = np.zeros((len(s.logs), hi - lo + 1), dtype=np.int8)
+        for row, log in enumerate(s.logs):
+            for r in log.passes:
+                d = r.decision
+                grid[row, r.number - lo] = 1 if not d[2] else _INDEX[d[3]]
+        ax.imshow(grid, aspect="auto", interpolation="nearest", cmap=cmap, vmin=0, vmax=len(CATEGORIES) - 1,
+                  extent=(lo - 0.5, hi + 0.5, len(s.logs) - 0.5, -0.5))
+        ax.set_yticks(range(len(s.logs)), [f"rank {log.rank}" for log in s.logs])
+        ax.set_xlabel("pass")
+        c = s.config
+        ax.set_title(f"run {s.index}: profile {c.profile}, world {c.world_size}, max_delay_passes {c.max_delay_passes}: "
+                     "decision per rank and pass", fontsize=10, loc="left")
+        place = {log.rank: i for i, log in enumerate(s.logs)}
+        fails = [(f.number, place[log.rank]) for log in s.logs for f in log.fails]
+        if fails:
+            ax.scatter([x for x, _ in fails], [y for _, y in fails], marker="x", color="black", s=18, label="failed pass")
+        flagged = [(f.pass_number, place[r]) for f in report.findings if f.session == s.index for r in f.ranks if r in place]
+        if flagged:
+            ax.scatter([x for x, _ in flagged], [y - 0.38 for _, y in flagged], marker="v", color="black", s=22,
+                       zorder=3, clip_on=False)
+    handles = [Patch(facecolor=color, edgecolor="#555555", label=name) for name, color in CATEGORIES[1:]]
+    handles.append(Patch(facecolor="black", label="▼ violation / x failed pass"))
+    axes[0].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
+    _histogram(axes[-1], report)
+    fig.savefig(path, dpi=110)
+
+
+def _histogram(ax: Any, report: Report) -> None:
+    hist: Counter = Counter()
+    for st in report.stats.values():
+        hist.update(st.delay_runs)
+    if hist:
+        xs = sorted(hist)
+        ax.bar(xs, [hist[x] for x in xs], width=0.8, color=CATEGORIES[1][1])
+    else:
+        ax.text(0.5, 0.5, "no complete delay run", transform=ax.transAxes, ha="center", va="center")
+    bounds = sorted({max(s.config.max_delay_passes - 1, 0) for s in report.sessions})
+    for b in bounds:
+        ax.axvline(b + 0.5, color="black", linestyle="--", linewidth=1)
+        ax.text(b + 0.5, 1.0, f" bound {b}", transform=ax.get_xaxis_transform(), va="top", fontsize=8)
+    ax.set_xlabel("delay-run length (consecutive delayed passes of one rank)")
+    ax.set_ylabel("runs")
+    ax.set_title("delay-run lengths, all ranks (complete runs)", fontsize=10, loc="left")

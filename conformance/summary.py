@@ -1,0 +1,236 @@
+"""check-log's summary: per rank, per reason, delay runs, waits, mixed passes; as text and as JSON.
+
+What operators ask when a scheduler stalls (which rank delayed, for how long,
+and why) is answered from the same counts the checks gathered.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any, Optional
+
+from ..runtime.decision_log import build_spec_hash
+from ..spec.invariants import BY_ID
+from .checks import AGREEMENT, CONFORMANCE, INVARIANT, Report
+
+# Rows of the verdict table: (category, property, what it covers).
+CHECKS = (
+    (CONFORMANCE, "decision", "logged decision = the transitions machine's"),
+    (CONFORMANCE, "next-state", "logged next state = the machine's"),
+    (CONFORMANCE, "row", "each rank's own row = the spec's local_row of its readings"),
+    (CONFORMANCE, "continuity", "each pass starts where the previous one left"),
+    (CONFORMANCE, "no-transition", "some transition holds"),
+    (CONFORMANCE, "rows-differ", "every rank logged the same gathered rows"),
+    (AGREEMENT, "agreement", "ranks decide alike (different max_running_requests)"),
+    (AGREEMENT, "agreement-equal-args", "ranks decide alike (equal arguments)"),
+    (INVARIANT, "bounded-delay", ""),
+    (INVARIANT, "mixed-bounded-delay", ""),
+    (INVARIANT, "force-allow", ""),
+    (INVARIANT, "none-allows", ""),
+    (INVARIANT, "wait-accounting", "count and seconds"),
+    (INVARIANT, "joint-progress", ""),
+)
+REASON_ORDER = ("delay", "no_wait", "wait_success", "wait_timeout", "token_watermark", "")
+SHOWN_PER_PROPERTY = 10
+
+
+def reason_name(reason: str) -> str:
+    return reason if reason else "none-prefillable"
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile of an ascending list."""
+    k = max(0, min(len(sorted_values) - 1, math.ceil(q / 100 * len(sorted_values)) - 1))
+    return sorted_values[k]
+
+
+def _merged(report: Report, attr: str) -> Counter:
+    total: Counter = Counter()
+    for st in report.stats.values():
+        total.update(getattr(st, attr))
+    return total
+
+
+def _ranges(gaps: list[tuple[int, int]]) -> str:
+    return ", ".join(f"{a}" if a == b else f"{a}..{b}" for a, b in gaps)
+
+
+def verdicts(report: Report) -> list[dict[str, Any]]:
+    """One entry per check: ok / violated (how often; a known defect of the profile?) / not checked (why)."""
+    profiles = sorted({s.config.profile for s in report.sessions})
+    compared = report.checked["agreement"]
+    complete = any(s.complete for s in report.sessions)
+    out = []
+    for category, prop, what in CHECKS:
+        n = report.counts[(category, prop)]
+        known = any(f.known_defect for f in report.findings if f.property == prop)
+        status = "violated" if n else "ok"
+        why = ""
+        if not n and category == AGREEMENT and compared == 0:
+            status, why = "not checked", "no pass was logged by two ranks"
+        elif not n and prop == "rows-differ" and compared == 0:
+            status, why = "not checked", "no pass was logged by two ranks"
+        elif not n and prop == "joint-progress" and not complete:
+            status, why = "not checked", "needs the logs of every rank of the gather"
+        statement = what or (BY_ID[prop].statement if prop in BY_ID else "")
+        out.append({"category": category, "property": prop, "status": status, "violations": n, "known_defect": known,
+                    "why": why, "statement": statement, "profiles": profiles})
+    return out
+
+
+def summary_data(report: Report, empty: list[str]) -> dict[str, Any]:
+    """The machine-readable report (``--json``) without the traces."""
+    sessions = []
+    for s in report.sessions:
+        ss = report.session_stats[s.index]
+        ranks = []
+        for log in s.logs:
+            st = report.stats[(s.index, log.rank)]
+            ranks.append({
+                "rank": log.rank, "group_rank": log.group_rank, "run": log.run, "files": log.files,
+                "passes": st.passes, "first_pass": st.first, "last_pass": st.last, "gaps": [list(g) for g in st.gaps],
+                "failed": dict(st.failed), "sets": st.sets, "reasons": {reason_name(k): v for k, v in st.reasons.items()},
+                "delay_runs": {str(k): v for k, v in sorted(st.delay_runs.items())}, "delay_runs_cut": st.cut_runs,
+                "delay_run_open_at_end": st.open_run, "longest_delay_run": max(st.delay_runs, default=0),
+                "notes": log.notes,
+            })
+        sessions.append({
+            "session": s.index, "profile": s.config.profile, "config": s.config.as_dict(),
+            "fingerprint": s.logs[0].fingerprint, "spec_hash": s.spec_hash, "world_size": s.config.world_size,
+            "ranks_logged": len(s.logs), "passes": ss["passes"], "passes_compared": ss["compared"],
+            "mixed_passes": ss["mixed"], "mixed_resolved": {reason_name(k) if k != "split" else k: v
+                                                             for k, v in ss["mixed_resolved"].items()},
+            "disagreeing_passes": ss["disagreements"], "ranks": ranks,
+        })
+    waits = sorted(w for st in report.stats.values() for w in st.waits)
+    return {
+        "tool": "prefill-delayer check-log",
+        "spec_hash": build_spec_hash(),
+        "result": "violations" if report.violations else "clean",
+        "violations": report.violations,
+        "checked": dict(report.checked),
+        "checks": verdicts(report),
+        "findings": [f.as_dict() for f in report.findings],
+        "findings_counts": {f"{c}/{p}": n for (c, p), n in sorted(report.counts.items())},
+        "sessions": sessions,
+        "decisions_by_reason": {reason_name(k): v for k, v in _merged(report, "reasons").items()},
+        "delay_run_lengths": {str(k): v for k, v in sorted(_merged(report, "delay_runs").items())},
+        "wait_seconds": _wait_stats(waits),
+        "mixed_waits_ended": {reason_name(k): v for k, v in _merged(report, "mixed_waits_ended").items()},
+        "notes": report.notes + empty,
+    }
+
+
+def _wait_stats(waits: list[float]) -> dict[str, Any]:
+    if not waits:
+        return {"count": 0}
+    return {"count": len(waits), "p50": percentile(waits, 50), "p90": percentile(waits, 90),
+            "p99": percentile(waits, 99), "max": waits[-1]}
+
+
+def _share(n: int, total: int) -> str:
+    return f"{n} ({100 * n / total:.1f}%)" if total else str(n)
+
+
+def _bars(hist: Counter, width: int = 40, max_rows: int = 16) -> list[str]:
+    """A text histogram; long tails are grouped so it stays short."""
+    if not hist:
+        return ["  (no complete delay run)"]
+    lengths = sorted(hist)
+    if len(lengths) > max_rows:  # group into max_rows equal buckets of lengths
+        lo, hi = lengths[0], lengths[-1]
+        step = math.ceil((hi - lo + 1) / max_rows)
+        grouped: Counter = Counter()
+        for k, v in hist.items():
+            b = lo + (k - lo) // step * step
+            grouped[(b, min(b + step - 1, hi))] += v
+        items = [(f"{a}-{b}" if a != b else f"{a}", v) for (a, b), v in sorted(grouped.items())]
+    else:
+        items = [(str(k), hist[k]) for k in lengths]
+    top = max(v for _, v in items)
+    label = max(len(k) for k, _ in items)
+    return [f"  {k:>{label}} | {'#' * max(1, round(width * v / top))} {v}" for k, v in items]
+
+
+def text(report: Report, data: dict[str, Any], traces: Optional[list[dict[str, Any]]] = None) -> str:
+    """The human summary check-log prints."""
+    lines: list[str] = []
+    build = data["spec_hash"]
+    n_logs = sum(len(s.logs) for s in report.sessions)
+    lines.append(f"check-log: {n_logs} rank log(s) in {len(report.sessions)} run(s), "
+                 f"{report.checked['conformance']} pass records")
+    for sd in data["sessions"]:
+        c = sd["config"]
+        same = "this build" if sd["spec_hash"] == build else f"this build is {build}"
+        lines.append(f"run {sd['session']}: profile {sd['profile']}, world {sd['world_size']} "
+                     f"({sd['ranks_logged']} logged), max_delay_passes {c['max_delay_passes']}, "
+                     f"spec {sd['spec_hash']} ({same}), {sd['passes']} passes")
+        lines.append("  passes per rank:")
+        for r in sd["ranks"]:
+            failed = sum(r["failed"].values())
+            extra = [f"{failed} failed ({', '.join(f'{k} {v}' for k, v in r['failed'].items())})" if failed else "0 failed"]
+            if r["sets"]:
+                extra.append(f"skip flag set {r['sets']}x")
+            extra.append(f"gaps {_ranges([tuple(g) for g in r['gaps']])}" if r["gaps"] else "no gaps")
+            span = f"{r['first_pass']}..{r['last_pass']}" if r["passes"] else "-"
+            lines.append(f"    rank {r['rank']}: {r['passes']} passes ({span}), " + ", ".join(extra)
+                         + f"; longest delay run {r['longest_delay_run']}")
+    lines.append("checks:")
+    for v in data["checks"]:
+        if v["status"] == "ok":
+            shown = "ok"
+        elif v["status"] == "not checked":
+            shown = f"not checked ({v['why']})"
+        else:
+            shown = f"VIOLATED on {v['violations']} pass(es)" + (
+                f" (a known defect of profile {', '.join(v['profiles'])}: prove refutes it)" if v["known_defect"] else "")
+        lines.append(f"  {v['category']:<11} {v['property']:<21} {shown}")
+    reasons = data["decisions_by_reason"]
+    total = sum(reasons.values())
+    order = [reason_name(r) for r in REASON_ORDER]
+    lines.append("decisions by reason (all ranks): " + ", ".join(
+        f"{k} {_share(reasons[k], total)}" for k in order if reasons.get(k)))
+    for sd in data["sessions"]:
+        for r in sd["ranks"]:
+            lines.append(f"    rank {r['rank']}: " + ", ".join(f"{k} {r['reasons'][k]}" for k in order if r["reasons"].get(k)))
+    lines.append("delay-run lengths (complete runs, all ranks; passes delayed -> runs):")
+    lines += _bars(Counter({int(k): v for k, v in data["delay_run_lengths"].items()}))
+    w = data["wait_seconds"]
+    if w["count"]:
+        lines.append(f"wait seconds (releases after a wait, n={w['count']}): p50 {w['p50']:.6g}  p90 {w['p90']:.6g}  "
+                     f"p99 {w['p99']:.6g}  max {w['max']:.6g}")
+    else:
+        lines.append("wait seconds: no release after a wait")
+    for sd in data["sessions"]:
+        resolved = sd["mixed_resolved"]
+        lines.append(f"mixed passes (some ranks prefillable, others not), run {sd['session']}: "
+                     f"{_share(sd['mixed_passes'], sd['passes'])} of {sd['passes']}"
+                     + (": resolved " + ", ".join(f"{k} {v}" for k, v in sorted(resolved.items(), key=lambda kv: -kv[1]))
+                        if resolved else ""))
+    ended = data["mixed_waits_ended"]
+    if ended:
+        lines.append("  waits begun on a mixed pass ended with: " + ", ".join(
+            f"{k} {v}" for k, v in sorted(ended.items(), key=lambda kv: -kv[1])))
+    notes = data["notes"] + [n for sd in data["sessions"] for r in sd["ranks"] for n in r["notes"]]
+    if notes:
+        lines.append("notes:")
+        lines += [f"  {n}" for n in notes]
+    if report.findings:
+        lines.append("violations:")
+        shown: Counter = Counter()
+        for f in report.findings:
+            shown[f.property] += 1
+            if shown[f.property] <= SHOWN_PER_PROPERTY:
+                lines.append(f"  {f.property}: {f.message}  [{', '.join(f.where[:4])}{' ...' if len(f.where) > 4 else ''}]")
+        for (cat, prop), n in sorted(report.counts.items()):
+            if n > SHOWN_PER_PROPERTY:
+                lines.append(f"  {prop}: ... and {n - SHOWN_PER_PROPERTY} more (all in --json, up to 200 each)")
+    if traces is not None:
+        for t in traces:
+            if t.get("path"):
+                lines.append(f"trace: {t['path']} ({t['property']}, log passes {t['passes'][0]}..{t['passes'][1]}): replay reproduces it")
+            else:
+                lines.append(f"trace not written ({t['property']}, pass {t['pass']}): {t['why']}")
+    lines.append(f"result: {'clean' if not report.violations else f'{report.violations} violation(s)'}")
+    return "\n".join(lines)
