@@ -192,6 +192,7 @@ class ProgressBar:
 
 def main(args: argparse.Namespace, stdout: TextIO = sys.stdout, stderr: TextIO = sys.stderr) -> int:
     config, variants, workload, s = build(args)
+    given = settings(args)[1]
     show = s["progress"]
     if show == PROGRESS_AUTO:
         show = stderr.isatty()
@@ -203,9 +204,18 @@ def main(args: argparse.Namespace, stdout: TextIO = sys.stdout, stderr: TextIO =
     if s["plot"]:
         from .plot import plot
 
-        title = f"SGLang #{s['scenario']} scenario" if s["scenario"] else ""
-        plot(results, s["plot"], title=title)
+        plot(results, s["plot"], title=plot_title(s, given))
     return 0
+
+
+def plot_title(s: dict[str, Any], given: set[str]) -> str:
+    """The scenario and the options that changed it, e.g. ``SGLang #35241 (--drift 3,3,0,2)``."""
+    quiet = {"plot", "json", "progress", "profile", "tracker", "gather"}
+    changed = " ".join(f"{_flag(k)}" + ("" if s[k] is True else f" {s[k]}") for k in sorted(given - quiet))
+    base = f"SGLang #{s['scenario']}" if s["scenario"] else ""
+    if base and changed:
+        return f"{base} ({changed})"
+    return base or changed
 
 
 def _write(path: str, text: str) -> None:

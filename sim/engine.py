@@ -116,6 +116,8 @@ def _loop(config, ranks, outcomes, gather, source, clock_now, result: RunResult,
     report_every = max(1, min(500, passes // 100))
     rec = result.recorder()
     requests: list[Request] = []
+    if progress is not None:
+        progress(label, 0, passes, 0.0)
     while done < passes and now < duration:
         for req in source.due(now):
             req.rank = rr

@@ -1,5 +1,6 @@
 """The figure: input throughput over time for every profile, then per profile the ranks' prefill
-progress (drift from the ranks' mean, in chunks) and the decision timeline (rank x time).
+progress (drift from the ranks' mean, in chunks) and the decision timeline of the run's last
+passes (rank x pass, coloured by the delayer's reason, a dot where the rank prefilled).
 
 matplotlib is imported here only, with the non-interactive Agg backend; it is
 the optional ``plot`` extra (part of ``all``): the simulation needs nothing of it.
@@ -23,6 +24,13 @@ REASON_COLOURS = {
     "off": "#8c8c8c",
 }
 REASON_LABELS = {"": "none (nothing to prefill)", "off": "no delayer"}
+TIMELINE_PASSES = 120
+
+
+def _pale(colour: str) -> tuple[float, float, float]:
+    """``colour`` mixed 70% with white."""
+    rgb = [int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+    return tuple(c + (1 - c) * 0.7 for c in rgb)  # type: ignore[return-value]
 
 
 def _pyplot():
@@ -44,38 +52,52 @@ def plot(results: Sequence[RunResult], path: str, title: str = "", dpi: int = 72
     from matplotlib.patches import Patch
 
     n = len(results)
-    fig = plt.figure(figsize=(max(7.0, 3.6 * n), 7.6), dpi=dpi)
-    grid = fig.add_gridspec(3, n, height_ratios=[1.1, 1.0, 0.9], hspace=0.55, wspace=0.3)
-    ax = fig.add_subplot(grid[0, :])
+    fig = plt.figure(figsize=(max(8.0, 3.6 * n), 8.0), dpi=dpi)
+    grid = fig.add_gridspec(3, max(n, 2), height_ratios=[1.1, 1.0, 0.9], hspace=0.55, wspace=0.3)
+    half = max(n, 2) // 2
+    ax = fig.add_subplot(grid[0, :half])
+    ax_run = fig.add_subplot(grid[0, half:])
+    warm = results[0].config.warmup_s
     for r in results:
         t, tps = r.throughput_series()
         ax.plot(t, [x / 1000 for x in tps], label=r.variant.label, lw=1.2)
-    ax.set_ylabel("input k tok/s")
-    ax.set_xlabel("simulated s")
-    warm = results[0].config.warmup_s
-    if warm > 0:
-        ax.axvspan(0, warm, color="#eeeeee", lw=0)
-    ax.legend(loc="lower right", fontsize=7, ncol=min(n, 6))
-    ax.set_title(title or "Input throughput over time", fontsize=10)
-    cmap = ListedColormap([REASON_COLOURS[x] for x in REASONS])
+        t, running = r.running_series()
+        ax_run.plot(t, running, label=r.variant.label, lw=1.2)
+    for a, ylabel, what in ((ax, "input k tok/s", "input throughput"), (ax_run, "running requests / rank", "running requests per rank")):
+        a.set_ylabel(ylabel, fontsize=8)
+        a.set_xlabel("simulated s", fontsize=8)
+        a.tick_params(labelsize=7)
+        if warm > 0:
+            a.axvspan(0, warm, color="#eeeeee", lw=0)
+        a.set_title(what, fontsize=9)
+    ax.legend(loc="lower right", fontsize=7, ncol=min(n, 3))
+    if title:
+        fig.suptitle(title, fontsize=10)
+    # Reason colours; the same paler where the rank had nothing to prefill (it asked nothing).
+    cmap = ListedColormap([REASON_COLOURS[x] for x in REASONS] + [_pale(REASON_COLOURS[x]) for x in REASONS])
     for i, r in enumerate(results):
-        pa = fig.add_subplot(grid[1, i])
+        pa = fig.add_subplot(grid[1, i] if n > 1 else grid[1, :])
         times, lines = r.progress_spread()
         for rank, line in enumerate(lines):
-            pa.plot(times, line, lw=0.8)
+            pa.plot(times, line, lw=0.6)
         pa.set_title(f"{r.variant.label}: prefill progress - mean", fontsize=8)
         pa.set_ylabel("chunks" if i == 0 else "")
         pa.tick_params(labelsize=7)
-        ta = fig.add_subplot(grid[2, i])
-        image, end = r.decision_image()
-        ta.imshow(image, aspect="auto", interpolation="nearest", cmap=cmap, vmin=0, vmax=len(REASONS) - 1,
-                  extent=(0, end, r.dp - 0.5, -0.5))
-        ta.set_title(f"{r.variant.label}: decisions", fontsize=8)
-        ta.set_xlabel("simulated s", fontsize=7)
+        ta = fig.add_subplot(grid[2, i] if n > 1 else grid[2, :])
+        image, prefilled, first = r.decision_window(TIMELINE_PASSES)
+        width = len(image[0]) if image and image[0] else 1
+        ta.imshow(image, aspect="auto", interpolation="nearest", cmap=cmap, vmin=0, vmax=2 * len(REASONS) - 1,
+                  extent=(first - 0.5, first + width - 0.5, r.dp - 0.5, -0.5))
+        xs = [first + k for row in prefilled for k, p in enumerate(row) if p]
+        ys = [rank for rank, row in enumerate(prefilled) for p in row if p]
+        ta.scatter(xs, ys, s=1.2, c="black", marker="o", linewidths=0)
+        ta.set_title(f"{r.variant.label}: last {width} passes (dot: prefilled)", fontsize=8)
+        ta.set_xlabel("pass", fontsize=7)
         ta.set_ylabel("rank" if i == 0 else "")
         ta.tick_params(labelsize=7)
-    present = sorted({c & 7 for r in results for c in set(r.decision)})
+    present = sorted({c % len(REASONS) for r in results for row in r.decision_window(TIMELINE_PASSES)[0] for c in set(row)})
     handles = [Patch(color=REASON_COLOURS[REASONS[c]], label=REASON_LABELS.get(REASONS[c], REASONS[c])) for c in present]
+    handles.append(Patch(color=_pale("#d62728"), label="pale: the rank had nothing to prefill"))
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=7, frameon=False)
     try:
         fig.savefig(path, dpi=dpi)

@@ -48,24 +48,17 @@ def header(results: Sequence[RunResult]) -> str:
 def table(results: Sequence[RunResult]) -> str:
     """One row per profile: throughput, TTFT, running, the split and mixed passes, vetoes, delay runs."""
     rows = [
-        "| profile | max_prefill_bs tracker | passes | input tok/s | output tok/s | TTFT p50 | TTFT p99 | running/rank mean (p5-p95) | queue/rank | token usage | prefill/idle split passes | mixed passes | admissions vetoed | delay runs: n, mean, max |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| profile | max_prefill_bs tracker | passes | input tok/s | output tok/s | TTFT p50 | TTFT p99 | unserved at end (oldest wait) | running/rank mean (p5-p95) | queue/rank | token usage | prefill/idle split passes | mixed passes | admissions vetoed | delay runs: n, mean, max |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         s = r.summary()
-        p99 = _secs(s.ttft_p99_s) + (" (≥)" if s.ttft_censored else "")
+        unserved = f"{s.unserved} ({_secs(s.unserved_oldest_s)})" if s.unserved else "0"
         rows.append(
-            f"| {r.variant.label} | {r.variant.tracker} | {s.passes} | {_tok(s.input_tok_s)} | {_tok(s.output_tok_s)} | {_secs(s.ttft_p50_s)} | {p99} "
+            f"| {r.variant.label} | {r.variant.tracker} | {s.passes} | {_tok(s.input_tok_s)} | {_tok(s.output_tok_s)} | {_secs(s.ttft_p50_s)} | {_secs(s.ttft_p99_s)} | {unserved} "
             f"| {s.running_per_rank:.1f} ({s.running_p5}-{s.running_p95}) | {s.queue_per_rank:.1f} | {s.token_usage:.2f} "
             f"| {_pct(s.split_share)} | {_pct(s.mixed_share)} | {_pct(s.veto_share)} "
             f"| {s.delay_runs}, {s.delay_run_mean:.1f}, {s.delay_run_max} |"
-        )
-    censored = [r for r in results if r.summary().ttft_censored]
-    if censored:
-        rows.append("")
-        rows.append(
-            "(≥): requests still without a first token at the end count with the time they waited so far: "
-            + ", ".join(f"{r.variant.label} {r.summary().ttft_censored}" for r in censored)
         )
     return "\n".join(rows)
 

@@ -37,7 +37,8 @@ class Summary:
     ttft_p50_s: Optional[float]
     ttft_p99_s: Optional[float]
     ttft_requests: int
-    ttft_censored: int  # requests still without a first token at the end (counted with the time waited so far)
+    unserved: int  # requests of the window still without a first token at the end (not in the TTFTs)
+    unserved_oldest_s: Optional[float]  # the longest of their waits so far
     running_per_rank: float  # time-weighted mean
     running_p5: int
     running_p95: int
@@ -168,7 +169,7 @@ class RunResult:
         counts = Counter(self.decision[lo:hi])
         total = max(sum(counts.values()), 1)
         decisions = {decision_name(code): c / total for code, c in sorted(counts.items(), key=lambda kv: -kv[1])}
-        ttfts, censored = self._ttfts()
+        ttfts, waits = self._ttfts()
         return Summary(
             passes=n,
             sim_seconds=seconds,
@@ -177,7 +178,8 @@ class RunResult:
             ttft_p50_s=_percentile(ttfts, 0.50),
             ttft_p99_s=_percentile(ttfts, 0.99),
             ttft_requests=len(ttfts),
-            ttft_censored=censored,
+            unserved=len(waits),
+            unserved_oldest_s=max(waits) if waits else None,
             running_per_rank=run_tw,
             running_p5=p5,
             running_p95=p95,
@@ -194,19 +196,19 @@ class RunResult:
             completed=sum(1 for r in self.requests if r.finish_s is not None and r.finish_s >= start),
         )
 
-    def _ttfts(self) -> tuple[list[float], int]:
+    def _ttfts(self) -> tuple[list[float], list[float]]:
+        """TTFTs of the requests that arrived in the window and got a first token; the waits so far of the others."""
         warm = self.config.warmup_s
-        values, censored = [], 0
+        values, waits = [], []
         for r in self.requests:
             if r.arrival < warm:
                 continue
             if r.first_token_s is None:
-                censored += 1
-                values.append(self.end_s - r.arrival)
+                waits.append(self.end_s - r.arrival)
             else:
                 values.append(r.first_token_s - r.arrival)
         values.sort()
-        return values, censored
+        return values, waits
 
     def delay_runs(self, k0: int = 0) -> list[int]:
         """Lengths (in passes) of every rank's runs of consecutive ``delay`` decisions from pass ``k0`` on."""
@@ -226,7 +228,7 @@ class RunResult:
 
     # ----- series for the plots --------------------------------------------------
 
-    def throughput_series(self, bins: int = 120) -> tuple[list[float], list[float]]:
+    def throughput_series(self, bins: int = 60) -> tuple[list[float], list[float]]:
         """(bin centres in s, input tok/s per bin) over the whole run."""
         if not self.passes or self.end_s <= 0:
             return [], []
@@ -238,7 +240,7 @@ class RunResult:
             tokens[b] += sum(self.prefill[k * dp : (k + 1) * dp])
         return [(i + 0.5) * width for i in range(bins)], [t / width for t in tokens]
 
-    def progress_spread(self, max_points: int = 2000) -> tuple[list[float], list[list[float]]]:
+    def progress_spread(self, max_points: int = 600) -> tuple[list[float], list[list[float]]]:
         """(times, per rank: cumulative prefill minus the ranks' mean, in chunks) at pass ends."""
         dp, chunk = self.dp, self.config.chunked_prefill_size
         step = max(1, self.passes // max_points)
@@ -256,19 +258,33 @@ class RunResult:
                     lines[r].append((cum[r] - mean) / chunk)
         return times, lines
 
-    def decision_image(self, columns: int = 1000) -> tuple[list[list[int]], float]:
-        """A ranks x columns grid of reason codes, sampled at evenly spaced times; and the run's end time."""
+    def decision_window(self, passes: int = 120) -> tuple[list[list[int]], list[list[bool]], int]:
+        """The last ``passes`` passes, ranks x passes: the reason code (plus ``len(REASONS)`` where the rank
+        had nothing to prefill, so it asked nothing), whether the rank prefilled, and the first pass's index."""
+        dp, idle = self.dp, len(REASONS)
+        first = max(0, self.passes - passes)
+        grid = [
+            [(self.decision[k * dp + r] & 7) + (idle if self.ask[k * dp + r] == ASK_NONE else 0) for k in range(first, self.passes)]
+            for r in range(dp)
+        ]
+        prefilled = [[self.prefill[k * dp + r] > 0 for k in range(first, self.passes)] for r in range(dp)]
+        return grid, prefilled, first
+
+    def running_series(self, bins: int = 60) -> tuple[list[float], list[float]]:
+        """(bin centres in s, time-weighted mean running requests per rank in each bin)."""
+        if not self.passes or self.end_s <= 0:
+            return [], []
+        width = self.end_s / bins
+        weight = [0.0] * bins
+        total = [0.0] * bins
         dp = self.dp
-        if not self.passes:
-            return [[0] for _ in range(dp)], 0.0
-        cols = min(columns, self.passes)
-        grid = [[0] * cols for _ in range(dp)]
-        for c in range(cols):
-            t = (c + 0.5) * self.end_s / cols
-            k = max(0, bisect.bisect_right(self.t0, t) - 1)
-            for r in range(dp):
-                grid[r][c] = self.decision[k * dp + r] & 7
-        return grid, self.end_s
+        for k in range(self.passes):
+            b = min(int(self.t0[k] / width), bins - 1)
+            weight[b] += self.dt[k]
+            total[b] += self.dt[k] * sum(self.running[k * dp : (k + 1) * dp]) / dp
+        xs = [(i + 0.5) * width for i in range(bins) if weight[i] > 0]
+        ys = [total[i] / weight[i] for i in range(bins) if weight[i] > 0]
+        return xs, ys
 
 
 def _percentile(values: Sequence[float], q: float) -> Optional[float]:

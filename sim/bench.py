@@ -1,0 +1,74 @@
+"""Benchmark: simulated passes per second, per profile and per in-process gather.
+
+    python -m prefill_delayer.sim.bench [--passes 10000] [--dp-size 8] [--gather lockstep,threads]
+
+Two workloads: the #35241 scenario (closed-loop long prompts, ranks drifted,
+most passes prefill), and a saturated Poisson load (128 running requests per
+rank, many admissions and completions per pass). Each profile runs the full
+number of passes on each; the target is 10,000 passes at DP=8 in 20 s or less
+per profile. This is not a test: timings on a shared machine vary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from ..runtime.delayer import CROSSCHECK_ENV
+from ..spec.profiles import PROFILES
+from .config import GATHERS, SimConfig, Variant
+from .engine import run_variant
+from .workload import Lengths, LongPrompt, Poisson
+
+TARGET_S = 20.0
+TARGET_PASSES = 10_000
+
+
+def workloads(dp_size: int) -> dict[str, object]:
+    return {
+        "long-prompt (#35241, drifted)": LongPrompt(
+            concurrency=2 * dp_size, prompt=Lengths(90000, 90000), output=Lengths(16, 16), drift=("random", 3)
+        ),
+        "poisson, saturated": Poisson(rate=3.0 * dp_size, prompt=Lengths(1000, 4000), output=Lengths(200, 1200)),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m prefill_delayer.sim.bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--passes", type=int, default=TARGET_PASSES)
+    p.add_argument("--dp-size", type=int, default=8)
+    p.add_argument("--gather", default=",".join(GATHERS), help="comma list of: " + ", ".join(GATHERS))
+    p.add_argument("--profile", action="append", help="default: every profile")
+    args = p.parse_args(argv)
+    gathers = [g.strip() for g in args.gather.split(",") if g.strip()]
+    bad = [g for g in gathers if g not in GATHERS]
+    if bad or args.passes < 1 or args.dp_size < 1:
+        p.error(f"--gather takes {', '.join(GATHERS)}; --passes and --dp-size must be >= 1")
+    if os.environ.get(CROSSCHECK_ENV):
+        print(f"note: {CROSSCHECK_ENV} is set: every pass is also fired through the transitions machine (slower)")
+    profiles = args.profile or list(PROFILES)
+    worst = 0.0
+    print(f"DP={args.dp_size}, {args.passes} passes per run; seconds and passes/s per profile")
+    for wname, workload in workloads(args.dp_size).items():
+        for gather in gathers:
+            config = SimConfig(dp_size=args.dp_size, passes=args.passes, gather=gather, max_running_requests=128)
+            for name in profiles:
+                start = time.perf_counter()
+                result = run_variant(config, Variant.of(name), workload)
+                elapsed = time.perf_counter() - start
+                per_10k = elapsed * TARGET_PASSES / max(result.passes, 1)
+                worst = max(worst, per_10k)
+                running = result.summary().running_per_rank
+                print(
+                    f"{wname:30s} {gather:9s} {name:14s} {result.passes:6d} passes {elapsed:6.2f} s "
+                    f"{result.passes / elapsed:8,.0f} passes/s ({per_10k:5.2f} s per {TARGET_PASSES:,}; {running:5.1f} running/rank)"
+                )
+    verdict = "met" if worst <= TARGET_S else "MISSED"
+    print(f"target: {TARGET_PASSES:,} passes at DP=8 in <= {TARGET_S:g} s per profile; slowest run {worst:.2f} s per {TARGET_PASSES:,}: {verdict}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

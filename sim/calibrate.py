@@ -1,0 +1,133 @@
+"""Reproduce docs/simulation.md: the two calibration scenarios, their tables and figures.
+
+    python -m prefill_delayer.sim.calibrate [--out docs] [--drifts 24]
+
+Every run is a ``prefill-delayer simulate`` command line (printed above its
+table), so each number in the document can be re-run on its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from ..proofs.cli import build_parser
+from .cli import build, plot_title
+from .options import settings as option_settings
+from .engine import simulate
+from .report import decisions_table, header, table
+from .result import RunResult
+
+DRIFTED = "3,3,0,2,3,3,2,3"  # the draw of --drift random:3 with --seed 0: a drift the delayer does not repair
+
+
+def run(argv: Sequence[str]) -> list[RunResult]:
+    """What ``prefill-delayer simulate ARGV`` runs (the figure included), without printing."""
+    args = build_parser().parse_args(["simulate", *argv])
+    config, variants, workload, settings = build(args)
+    results = simulate(config, variants, workload)
+    if settings["plot"]:
+        from .plot import plot
+
+        plot(results, settings["plot"], title=plot_title(settings, option_settings(args)[1]))
+    return results
+
+
+def section(title: str, argv: Sequence[str], results: Sequence[RunResult], decisions: bool = True) -> str:
+    parts = [f"### {title}", "", "```", "prefill-delayer simulate " + " ".join(argv), "```", "", header(results).replace("\n", "  \n"), "", table(results)]
+    if decisions:
+        parts += ["", "Decisions by gathered status / reason, share of rank-passes:", "", decisions_table(results)]
+    return "\n".join(parts)
+
+
+def regimes(out: Path, drifts: int) -> str:
+    """Input throughput of the #35241 scenario over many random initial drifts, per variant."""
+    variants = {
+        "seed (any profile)": ["--profile", "seed"],
+        "off (no delayer)": ["--profile", "off"],
+        "seed, --mixed-chunk": ["--profile", "seed", "--mixed-chunk"],
+        "off, --mixed-chunk": ["--profile", "off", "--mixed-chunk"],
+    }
+    values: dict[str, list[float]] = {k: [] for k in variants}
+    mixed: dict[str, list[float]] = {k: [] for k in variants}
+    for seed in range(drifts):
+        for name, extra in variants.items():
+            (r,) = run(["--scenario", "35241", "--drift", "random:3", "--seed", str(seed), *extra])
+            values[name].append(r.summary().input_tok_s / 1000)
+            mixed[name].append(r.summary().mixed_share)
+    rows = [
+        f"Input throughput (k tok/s) over {drifts} initial drifts (`--drift random:3 --seed 0..{drifts - 1}`):",
+        "",
+        "| variant | healthy (>= 85k) | between | LOW (62-79k) | below 62k | min | median | max | mixed passes, median |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, vs in values.items():
+        s = sorted(vs)
+        healthy = sum(v >= 85 for v in vs)
+        low = sum(62 <= v <= 79 for v in vs)
+        below = sum(v < 62 for v in vs)
+        between = len(vs) - healthy - low - below
+        med_mixed = sorted(mixed[name])[len(vs) // 2]
+        rows.append(f"| {name} | {healthy} | {between} | {low} | {below} | {s[0]:.1f} | {s[len(s) // 2]:.1f} | {s[-1]:.1f} | {100 * med_mixed:.0f}% |")
+    _regimes_plot(values, out / "sim-35241-regimes.png")
+    return "\n".join(rows)
+
+
+def _regimes_plot(values: dict[str, list[float]], path: Path) -> None:
+    from .plot import _pyplot
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.0, 3.2), dpi=72)
+    rng = random.Random(0)
+    for i, (name, vs) in enumerate(values.items()):
+        ax.scatter([i + rng.uniform(-0.15, 0.15) for _ in vs], vs, s=14, alpha=0.7)
+    ax.axhspan(62, 79, color="#d62728", alpha=0.12, lw=0, label="#35241 LOW: 62-79k tok/s")
+    ax.axhline(95, color="#2ca02c", lw=1, ls="--", label="#35241 healthy: ~95k tok/s")
+    ax.set_xticks(range(len(values)), list(values), fontsize=8)
+    ax.set_ylabel("input k tok/s", fontsize=8)
+    ax.set_title("#35241 scenario: one dot per initial drift (random:3, seeds 0..N-1)", fontsize=9)
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=72)
+    plt.close(fig)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m prefill_delayer.sim.calibrate", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default="docs", help="folder for the PNGs (default: docs)")
+    p.add_argument("--drifts", type=int, default=24, help="initial drifts in the #35241 regime sweep (default 24)")
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    sections = []
+
+    argv1 = ["--scenario", "32880", "--plot", str(out / "sim-32880.png")]
+    sections.append(section("#32880: the seed starves admission", argv1, run(argv1)))
+    for rate in ("12", "20"):
+        argv_a = ["--scenario", "32880", "--rate", rate, "--profile", "seed", "--profile", "sglang-0.5.17", "--profile", "sglang-0.5.22", "--profile", "hardened"]
+        argv_b = ["--scenario", "32880", "--rate", rate, "--profile", "seed", "--profile", "sglang-0.5.22", "--tracker"]
+        results = run(argv_a) + run([*argv_b, "window"])[:1] + run([*argv_b, "lifetime"])[1:]
+        sections.append(section(
+            f"#32880 ablation at {rate} req/s: the cap alone (sglang-0.5.22+lifetime), the tracker alone (seed+window)",
+            [*argv_a, "  # plus: --profile seed --tracker window; --profile sglang-0.5.22 --tracker lifetime"], results, decisions=False))
+
+    argv2 = ["--scenario", "35241", "--plot", str(out / "sim-35241-aligned.png")]
+    sections.append(section("#35241, ranks aligned (drift 0)", argv2, run(argv2)))
+    argv3 = ["--scenario", "35241", "--drift", DRIFTED, "--plot", str(out / "sim-35241-drift.png")]
+    sections.append(section(f"#35241, ranks drifted by {DRIFTED} chunks", argv3, run(argv3)))
+    argv4 = ["--scenario", "35241", "--drift", DRIFTED, "--mixed-chunk"]
+    sections.append(section(f"#35241, drifted by {DRIFTED} chunks, with --mixed-chunk", argv4, run(argv4)))
+    sections.append("### #35241: two regimes over many drifts\n\n" + regimes(out, args.drifts))
+    print("\n\n".join(sections))
+    print(f"\n(calibration: {time.perf_counter() - start:.0f} s)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
