@@ -32,7 +32,7 @@ from ..proofs.trace import CONFIG_KEYS, validate_trace
 from ..proofs.violations import CHECKS
 from ..spec.table import IDLE
 from ..spec.view import ROW_LEN
-from .checks import Finding, Report, Session
+from .checks import Finding, Report, Session, shared_state
 from .logread import PassRec
 
 REPLAYABLE = tuple(CHECKS)  # bounded-delay, agreement, agreement-equal-args, joint-progress
@@ -115,7 +115,7 @@ def build_trace(s: Session, maps: list[dict[int, PassRec]], start: int, last: in
 def _first_split(s: Session, maps: list[dict[int, PassRec]], f: Finding) -> bool:
     """An agreement finding whose ranks did not all start the pass from the same state (a consequence, not a cause)."""
     recs = [m[f.pass_number] for m in maps if f.pass_number in m]
-    return any(r.before != recs[0].before for r in recs)
+    return any(shared_state(r) != shared_state(recs[0]) for r in recs)
 
 
 def export_traces(report: Report, directory: str | Path) -> list[dict[str, Any]]:

@@ -83,14 +83,20 @@ def build_spec_hash() -> str:
 
 @dataclass(frozen=True)
 class DecisionLogOptions:
-    """Where and how to log. ``target``: a file path, an existing folder (``rank{r}.jsonl`` in it),
-    or a writable text file (written to, never rotated or closed here)."""
+    """Where and how to log.
+
+    ``target``: a path ending in ``.jsonl`` (or an existing file) is the log file;
+    any other path is a folder, created if missing, holding ``rank{global_rank}.jsonl``
+    (so ranks sharing one setting never share one file); or a writable text file
+    object (written to and flushed, never rotated or closed here). Rotated files
+    are ``NAME.1`` (newest) to ``NAME.{backup_count}``.
+    """
 
     target: Union[str, "os.PathLike[str]", IO[str]]
     max_bytes: int = DEFAULT_MAX_BYTES
     backup_count: int = DEFAULT_BACKUP_COUNT
     flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S
-    folder: bool = False  # ``target`` is a folder even if it does not exist (the environment variable)
+    folder: bool = False  # ``target`` is a folder whatever its name (the environment variable's)
 
     def __post_init__(self) -> None:
         for name, low in (("max_bytes", 1), ("backup_count", 0)):
@@ -389,9 +395,8 @@ class DecisionLog:
             self._write_header()
             return
         path = Path(target)
-        if self.options.folder:
+        if self.options.folder or not (path.suffix == ".jsonl" or (path.exists() and not path.is_dir())):
             path.mkdir(parents=True, exist_ok=True)
-        if self.options.folder or path.is_dir():
             path = path / f"rank{self.rank}.jsonl"
         self.path = path
         self._owns_file = True

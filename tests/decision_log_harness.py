@@ -1,0 +1,104 @@
+"""Helpers for the decision-log tests: runs that write logs (in-process and gloo), check-log in-process, line edits."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import random
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from prefill_delayer.runtime import PrefillDelayer, PrefillDelayerSinglePassExecutor, ServerArgs, run_ranks
+
+from runtime_harness import Clock
+
+# A small configuration every profile accepts, with every trigger reachable.
+SERVER_ARGS = dict(enable_dp_attention=True, prefill_delayer_queue_min_ratio=0.5, prefill_delayer_max_delay_ms=10.0)
+MAX_DELAY_PASSES = 4
+WATERMARK = 0.5
+PASS_SECONDS = 0.0041  # 10 ms never falls on a pass: ranks whose clocks differ by an offset decide alike
+
+
+def mixed_inputs(rank: int, k: int) -> tuple[bool, float, int, int, int, int]:
+    """(prefillable, token_usage, running_batch, max_prefill_bs, max_running_requests, waiting_queue_len) of pass k.
+
+    A deterministic mix: nobody prefillable, mixed (delays up to the cap), everyone with the queue trigger
+    holding (delays until the 10 ms timeout, 3 passes: within the bound even in the seed), a low-watermark
+    rank (forced), everyone without a trigger.
+    max_running_requests is equal on every rank, so every profile's ranks agree under a shared clock.
+    """
+    kind = random.Random(k // 2).randrange(11)  # a fixed pseudo-random sequence of 2-pass blocks, alike on every rank
+    if kind in (0, 1):
+        return False, 0.9, 0, 0, 256, 0
+    if kind in (2, 3, 4):
+        return rank % 2 == 0, 0.9, 40, 16, 256, 4
+    if kind in (5, 6, 7):
+        return True, 0.9, 100, 80, 256, 10 + k % 70
+    if kind == 8:
+        return True, 0.3 if rank == 1 else 0.9, 100, 80, 1024, 10
+    return True, 0.9, 10, 8, 1024, 40
+
+
+def drive(delayer: PrefillDelayer, clock: Clock, rank: int, passes: int,
+          inputs: Callable[[int, int], tuple] = mixed_inputs) -> list[tuple]:
+    """``passes`` scheduler passes through the executor; each rank's (allow, reason, wait_forward_passes)."""
+    out = []
+    for k in range(passes):
+        clock.t = PASS_SECONDS * k
+        prefillable, usage, rb, pb, mrr, wq = inputs(rank, k)
+        ex = PrefillDelayerSinglePassExecutor(delayer, usage)
+        allow = ex.negotiate_should_allow_prefill(prefillable, rb, pb, mrr, wq) if prefillable else False
+        ex.finalize(actual_prefill=allow)
+        d = ex._result
+        out.append((d.output_allow, d.output_reason, d.wait_forward_passes))
+    return out
+
+
+def write_inprocess_logs(folder: Path, world: int = 4, passes: int = 60, profile: str = "hardened",
+                         max_delay_passes: int = MAX_DELAY_PASSES, rates: Optional[list[float]] = None,
+                         inputs: Callable[[int, int], tuple] = mixed_inputs, skip: Optional[bool] = None,
+                         server_args: Optional[dict[str, Any]] = None) -> list[list[tuple]]:
+    """A ``world``-rank run over the in-process gather, every rank logging into ``folder``."""
+    sa = ServerArgs(**(server_args or SERVER_ARGS))
+
+    def rank_main(rank: int, gather: Any) -> list[tuple]:
+        clock = Clock(t=0.0, rate=(rates or [1.0] * world)[rank], offset=1000.0 + 3.0 * rank)
+        d = PrefillDelayer(world, 1, None, sa, max_delay_passes, WATERMARK, gather=gather, clock=clock,
+                           profile=profile, decision_log=folder)
+        if skip is not None:
+            d.skip_first_delayer = skip
+        try:
+            return drive(d, clock, rank, passes, inputs)
+        finally:
+            d.close()
+
+    folder.mkdir(parents=True, exist_ok=True)
+    return run_ranks(world, rank_main, timeout_s=30.0)
+
+
+def check_log(*argv: str) -> tuple[int, str, str]:
+    """``prefill-delayer check-log ARGV`` in this process: (exit code, stdout, stderr)."""
+    from prefill_delayer.proofs.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(["check-log", *argv])
+    return rc, out.getvalue(), err.getvalue()
+
+
+def read_lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def edit_line(path: Path, pred: Callable[[dict[str, Any]], bool], change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """Rewrite the first line of ``path`` for which ``pred`` holds; return it as changed."""
+    lines = path.read_text().splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        obj = json.loads(line)
+        if pred(obj):
+            change(obj)
+            lines[i] = json.dumps(obj) + "\n"
+            path.write_text("".join(lines))
+            return obj
+    raise AssertionError(f"no line of {path} matches")
