@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 from typing import Any, Optional, TextIO
 
 from ..proofs.cli_checks import out_file_problem
@@ -190,7 +191,9 @@ class ProgressBar:
         self._stream.flush()
 
 
-def main(args: argparse.Namespace, stdout: TextIO = sys.stdout, stderr: TextIO = sys.stderr) -> int:
+def main(args: argparse.Namespace, stdout: Optional[TextIO] = None, stderr: Optional[TextIO] = None) -> int:
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
     config, variants, workload, s = build(args)
     given = settings(args)[1]
     show = s["progress"]
@@ -220,6 +223,7 @@ def plot_title(s: dict[str, Any], given: set[str]) -> str:
 
 def _write(path: str, text: str) -> None:
     try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
     except OSError as exc:

@@ -8,6 +8,7 @@ the optional ``plot`` extra (part of ``all``): the simulation needs nothing of i
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Sequence
 
 from .errors import SimInputError
@@ -100,6 +101,7 @@ def plot(results: Sequence[RunResult], path: str, title: str = "", dpi: int = 72
     handles.append(Patch(color=_pale("#d62728"), label="pale: the rank had nothing to prefill"))
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=7, frameon=False)
     try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=dpi)
     except OSError as exc:
         raise SimInputError(f"--plot {path}: {exc.strerror or exc}") from None

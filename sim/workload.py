@@ -121,10 +121,7 @@ class Source:
 
     def next_arrival(self) -> float:
         """When the next request arrives (``inf``: no request is coming unless one finishes)."""
-        self._refill(self._peek_horizon())
-        return self._heap[0][0] if self._heap else math.inf
-
-    def _peek_horizon(self) -> float:
+        self._refill(-math.inf)  # an open-loop stream makes at least its next arrival
         return self._heap[0][0] if self._heap else math.inf
 
     def due(self, t: float) -> list[Request]:

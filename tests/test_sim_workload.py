@@ -1,0 +1,132 @@
+"""Workloads and request traces for the simulator: arrivals, lengths, and FILE:LINE errors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from prefill_delayer.sim import Burst, Bursty, Lengths, LongPrompt, Mix, Poisson, load_trace
+from prefill_delayer.sim.errors import SimInputError, TraceFileError
+
+
+def arrivals(workload, until: float, seed: int = 0) -> list:
+    src = workload.start_source(seed)
+    src.bind(4, 1024)
+    return src.due(until)
+
+
+def test_poisson_rate_and_lengths():
+    reqs = arrivals(Poisson(rate=5.0, prompt=Lengths(10, 20), output=Lengths(3, 3)), 400.0)
+    assert abs(len(reqs) / 400.0 - 5.0) < 0.3
+    assert all(10 <= r.prompt <= 20 and r.output == 3 for r in reqs)
+    assert [r.arrival for r in reqs] == sorted(r.arrival for r in reqs)
+
+
+def test_bursty_requests_come_in_bursts_at_the_average_rate():
+    reqs = arrivals(Bursty(rate=6.0, burst=4, prompt=Lengths(5, 5), output=Lengths(1, 1)), 500.0)
+    times: dict[float, int] = {}
+    for r in reqs:
+        times[r.arrival] = times.get(r.arrival, 0) + 1
+    assert set(times.values()) == {4}
+    assert abs(len(reqs) / 500.0 - 6.0) < 0.6
+
+
+def test_next_arrival_is_seen_before_it_is_due():
+    src = Poisson(rate=1.0, prompt=Lengths(1, 1), output=Lengths(1, 1)).start_source(3)
+    t = src.next_arrival()
+    assert 0 < t < math.inf
+    assert src.due(t - 1e-9) == []
+    assert len(src.due(t)) == 1
+
+
+def test_mix_keeps_each_part_and_numbers_requests_once():
+    wl = Mix((Burst(count=8, prompt=Lengths(64, 64), output=Lengths(2, 2)), Poisson(rate=2.0, prompt=Lengths(100, 100), output=Lengths(5, 5))))
+    reqs = arrivals(wl, 50.0)
+    assert sum(r.prompt == 64 for r in reqs) == 8 and all(r.arrival == 0.0 for r in reqs if r.prompt == 64)
+    assert len({r.rid for r in reqs}) == len(reqs)
+
+
+def test_closed_loop_sends_the_next_request_when_one_finishes():
+    src = LongPrompt(concurrency=3, prompt=Lengths(500, 500), output=Lengths(2, 2)).start_source(0)
+    src.bind(2, 256)
+    first = src.due(0.0)
+    assert len(first) == 3 and src.next_arrival() == math.inf
+    src.finished(first[1], 7.5)
+    nxt = src.due(7.5)
+    assert len(nxt) == 1 and nxt[0].client == first[1].client and nxt[0].arrival == 7.5
+
+
+@pytest.mark.parametrize(
+    "text, lo, hi", [("5", 5, 5), ("3:9", 3, 9), (7, 7, 7)]
+)
+def test_lengths_parse(text, lo, hi):
+    assert Lengths.parse(text) == Lengths(lo, hi)
+
+
+@pytest.mark.parametrize("text", ["0", "-3", "9:3", "a", "1:2:3", "", "1.5"])
+def test_lengths_refuse_nonsense(text):
+    with pytest.raises(SimInputError, match="N or LO:HI"):
+        Lengths.parse(text, "--prompt-tokens")
+
+
+@pytest.mark.parametrize("rate", [0, -1.0, math.inf, math.nan])
+def test_rates_must_be_positive(rate):
+    with pytest.raises(SimInputError, match="rate must be a finite number of requests per second > 0"):
+        Poisson(rate=rate, prompt=Lengths(1, 1), output=Lengths(1, 1))
+    with pytest.raises(SimInputError, match="rate must be"):
+        Bursty(rate=rate, burst=2, prompt=Lengths(1, 1), output=Lengths(1, 1))
+
+
+# ----- traces -------------------------------------------------------------------
+
+
+def test_csv_trace_any_column_order_extra_columns_blank_lines(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("id,output_tokens,arrival,prompt_tokens\n\na,5,10.5,100\nb,7,10.0,200\n")
+    trace = load_trace(str(path))
+    # Replayed in arrival order, shifted to start at 0; each row keeps its line.
+    assert trace.rows == ((0.0, 200, 7), (0.5, 100, 5))
+    assert trace.lines == (4, 3)
+
+
+def test_jsonl_trace(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"arrival": 0, "prompt_tokens": 10, "output_tokens": 2}\n\n{"arrival": 1.25, "prompt_tokens": 3, "output_tokens": 1, "note": "x"}\n')
+    assert load_trace(str(path)).rows == ((0.0, 10, 2), (1.25, 3, 1))
+
+
+@pytest.mark.parametrize(
+    "name, text, line, why",
+    [
+        ("a.csv", "arrival,prompt_tokens\n0,1\n", 1, "lacks output_tokens"),
+        ("a.csv", "arrival,prompt_tokens,output_tokens\n0,10,2\n1,x,2\n", 3, "prompt_tokens must be an integer >= 1, got 'x'"),
+        ("a.csv", "arrival,prompt_tokens,output_tokens\n0,10,2\n-1,10,2\n", 3, "arrival must be a finite number of seconds >= 0"),
+        ("a.csv", "arrival,prompt_tokens,output_tokens\n0,10,0\n", 2, "output_tokens must be an integer >= 1, got '0'"),
+        ("a.csv", "arrival,prompt_tokens,output_tokens\n0,10\n", 2, "2 fields, the header has 3"),
+        ("a.csv", "arrival,prompt_tokens,output_tokens\nnan,10,2\n", 2, "arrival must be a finite number"),
+        ("a.csv", "arrival,prompt_tokens,output_tokens\n", 1, "no requests in the trace"),
+        ("a.csv", "\n\n", 1, "empty trace"),
+        ("b.jsonl", '{"arrival": 0, "prompt_tokens": 1, "output_tokens": 1}\n{"arrival": 1, "prompt_tokens": 1\n', 2, "not JSON"),
+        ("b.jsonl", '{"arrival": 0, "prompt_tokens": 1}\n', 1, "missing output_tokens"),
+        ("b.jsonl", '[1, 2, 3]\n', 1, "expected a JSON object"),
+        ("b.jsonl", '{"arrival": 0, "prompt_tokens": 2.5, "output_tokens": 1}\n', 1, "prompt_tokens must be an integer >= 1, got 2.5"),
+        ("b.jsonl", '{"arrival": true, "prompt_tokens": 2, "output_tokens": 1}\n', 1, "arrival must be a finite number"),
+    ],
+)
+def test_malformed_traces_name_file_and_line(tmp_path, name, text, line, why):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(TraceFileError) as err:
+        load_trace(str(path))
+    assert str(err.value).startswith(f"{path}:{line}: ")
+    assert why in str(err.value)
+
+
+def test_a_missing_or_binary_trace(tmp_path):
+    with pytest.raises(TraceFileError, match=r"nope\.csv: cannot read the trace"):
+        load_trace(str(tmp_path / "nope.csv"))
+    bad = tmp_path / "bin.csv"
+    bad.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(TraceFileError, match=r"bin\.csv:1: not UTF-8"):
+        load_trace(str(bad))
