@@ -82,6 +82,8 @@ def plot(report: Report, path: str | Path) -> None:
 
 
 def _histogram(ax: Any, report: Report) -> None:
+    from matplotlib.ticker import MaxNLocator
+
     hist: Counter = Counter()
     for st in report.stats.values():
         hist.update(st.delay_runs)
@@ -91,9 +93,17 @@ def _histogram(ax: Any, report: Report) -> None:
     else:
         ax.text(0.5, 0.5, "no complete delay run", transform=ax.transAxes, ha="center", va="center")
     bounds = sorted({max(s.config.max_delay_passes - 1, 0) for s in report.sessions})
-    for b in bounds:
+    longest = max(hist, default=1)
+    near = [b for b in bounds if b <= 2 * longest + 5]  # a bound far beyond every run would squash the bars
+    ax.set_xlim(0.4, max([longest, *near]) + 1.5)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    for b in near:
         ax.axvline(b + 0.5, color="black", linestyle="--", linewidth=1)
         ax.text(b + 0.5, 1.0, f" bound {b}", transform=ax.get_xaxis_transform(), va="top", fontsize=8)
+    far = [b for b in bounds if b not in near]
+    if far:
+        ax.text(0.99, 0.95, f"bound max(max_delay_passes - 1, 0) = {', '.join(map(str, far))}: off the scale",
+                transform=ax.transAxes, ha="right", va="top", fontsize=8)
     ax.set_xlabel("delay-run length (consecutive delayed passes of one rank)")
     ax.set_ylabel("runs")
     ax.set_title("delay-run lengths, all ranks (complete runs)", fontsize=10, loc="left")

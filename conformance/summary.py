@@ -222,14 +222,19 @@ def text(report: Report, data: dict[str, Any], traces: Optional[list[dict[str, A
         for f in report.findings:
             shown[f.property] += 1
             if shown[f.property] <= SHOWN_PER_PROPERTY:
-                lines.append(f"  {f.property}: {f.message}  [{', '.join(f.where[:4])}{' ...' if len(f.where) > 4 else ''}]")
+                where = f"  [{', '.join(f.where[:4])}{' ...' if len(f.where) > 4 else ''}]" if f.where else ""
+                lines.append(f"  {f.property}: {f.message}{where}")
         for (cat, prop), n in sorted(report.counts.items()):
             if n > SHOWN_PER_PROPERTY:
                 lines.append(f"  {prop}: ... and {n - SHOWN_PER_PROPERTY} more (all in --json, up to 200 each)")
     if traces is not None:
+        if not traces:
+            lines.append("traces: no flagged window to write (traces are written for bounded-delay, agreement and joint-progress)")
         for t in traces:
             if t.get("path"):
                 lines.append(f"trace: {t['path']} ({t['property']}, log passes {t['passes'][0]}..{t['passes'][1]}): replay reproduces it")
+            elif t["pass"] is None:
+                lines.append(f"traces ({t['property']}): {t['why']}")
             else:
                 lines.append(f"trace not written ({t['property']}, pass {t['pass']}): {t['why']}")
     lines.append(f"result: {'clean' if not report.violations else f'{report.violations} violation(s)'}")

@@ -36,7 +36,7 @@ from .checks import Finding, Report, Session, shared_state
 from .logread import PassRec
 
 REPLAYABLE = tuple(CHECKS)  # bounded-delay, agreement, agreement-equal-args, joint-progress
-MAX_TRACES_PER_PROPERTY = 5
+MAX_TRACES_PER_PROPERTY = 20
 MAX_WINDOW = 5000  # passes; a longer window would make a trace nobody reads
 
 # The synthetic first pass's per-rank inputs (see the module docstring).
@@ -119,7 +119,12 @@ def _first_split(s: Session, maps: list[dict[int, PassRec]], f: Finding) -> bool
 
 
 def export_traces(report: Report, directory: str | Path) -> list[dict[str, Any]]:
-    """Write a trace per flagged window (up to ``MAX_TRACES_PER_PROPERTY`` per property and run); say why for the rest."""
+    """Write a trace per flagged window (up to ``MAX_TRACES_PER_PROPERTY`` per property and run); say why for the rest.
+
+    Violations inside a window already written share its trace, and agreement
+    violations between ranks whose states had already split are consequences of
+    the one that split them, whose window is written.
+    """
     from ..proofs.replay import replay
 
     out: list[dict[str, Any]] = []
@@ -136,6 +141,7 @@ def export_traces(report: Report, directory: str | Path) -> list[dict[str, Any]]
         maps = [{r.number: r for r in log.passes} for log in s.logs]
         covered: list[tuple[str, int, int]] = []
         written: dict[str, int] = {}
+        over_cap: dict[str, set[int]] = {}  # property -> first passes of the windows not written
         for f in flagged:
             first = f.first_pass if f.first_pass is not None else f.pass_number
             if any(p == f.property and a <= first <= b for p, a, b in covered):
@@ -143,6 +149,7 @@ def export_traces(report: Report, directory: str | Path) -> list[dict[str, Any]]
             if f.property.startswith("agreement") and _first_split(s, maps, f):
                 continue  # the ranks were already apart: the window of the pass that split them says it
             if written.get(f.property, 0) >= MAX_TRACES_PER_PROPERTY:
+                over_cap.setdefault(f.property, set()).add(first)
                 continue
             start, why = choose_window(s, maps, first, f.pass_number)
             entry: dict[str, Any] = {"property": f.property, "pass": f.pass_number, "path": None}
@@ -162,4 +169,7 @@ def export_traces(report: Report, directory: str | Path) -> list[dict[str, Any]]
             covered.append((f.property, start, f.pass_number))
             written[f.property] = written.get(f.property, 0) + 1
             out.append({**entry, "path": str(path), "reproduced": lines[-1]})
+        for prop, firsts in over_cap.items():
+            out.append({"property": prop, "pass": None, "path": None,
+                        "why": f"{len(firsts)} more window(s) of run {s.index} not written: at most {MAX_TRACES_PER_PROPERTY} per property and run"})
     return out

@@ -1,6 +1,6 @@
 """Run the delayer across real ranks under the standard launcher, printing each rank's decisions.
 
-    torchrun --nproc-per-node 4 -m prefill_delayer.runtime.example [--passes 8] [--profile seed]
+    torchrun --nproc-per-node 4 -m prefill_delayer.runtime.example [--passes 8] [--profile seed] [--workload mixed]
 
 Each rank joins the default process group (``env://``: torchrun sets
 MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE; gloo, CPU), builds a
@@ -9,17 +9,25 @@ MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE; gloo, CPU), builds a
 ``PrefillDelayerSinglePassExecutor``, as a scheduler would: every rank runs the
 same number of passes, and every pass is exactly one all-gather. This is the
 code path a multi-node deployment uses; only the launcher's flags differ.
+
+``--workload mixed`` runs a busier, pseudo-random mix instead (nobody ready,
+some ranks ready, everyone ready with the queue trigger on, a low-KV-usage
+rank, everyone ready without a trigger) on the real clock, ``--pass-ms`` apart,
+with the queue trigger's timeout at ``--max-delay-ms``: a run worth a decision
+log (``PREFILL_DELAYER_DECISION_LOG=DIR``) and a ``prefill-delayer check-log``.
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import sys
 import time
 import warnings
 from datetime import timedelta
 from typing import Optional
 
+from ..spec.profiles import PROFILES
 from .delayer import PrefillDelayer, PrefillDelayerSinglePassExecutor
 from .server_args import ServerArgs
 
@@ -40,13 +48,31 @@ def workload(rank: int, world: int, k: int) -> tuple[bool, float, int, int, int,
     return rank == world - 1 or k % 2 == 0, 0.2 if rank == world - 1 else 0.9, 32, 16, 256, 4
 
 
+def mixed_workload(rank: int, world: int, k: int) -> tuple[bool, float, int, int, int, int]:
+    """``--workload mixed``: the same pseudo-random kind of pass on every rank, in blocks of two passes."""
+    kind = random.Random(k // 2).randrange(11)
+    if kind in (0, 1):
+        return False, 0.9, 0, 0, 256, 0
+    if kind in (2, 3, 4):
+        return rank % 2 == 0, 0.9, 40, 16, 256, 4
+    if kind in (5, 6, 7):
+        return True, 0.9, 100, 80, 256, 10 + k % 70
+    if kind == 8:
+        return True, 0.3 if rank == 1 else 0.9, 100, 80, 1024, 10
+    return True, 0.9, 10, 8, 1024, 40
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="torchrun --nproc-per-node N -m prefill_delayer.runtime.example")
     parser.add_argument("--passes", type=int, default=8)
-    parser.add_argument("--profile", choices=("seed", "hardened"), default="seed")
+    parser.add_argument("--profile", choices=PROFILES, default="seed")
     parser.add_argument("--max-delay-passes", type=int, default=3)
     parser.add_argument("--timeout-s", type=float, default=30.0, help="collective timeout of the process group")
+    parser.add_argument("--workload", choices=("scripted", "mixed"), default="scripted")
+    parser.add_argument("--pass-ms", type=float, default=2.0, help="mixed workload: time between passes (default 2)")
+    parser.add_argument("--max-delay-ms", type=float, default=10.0, help="mixed workload: queue trigger timeout (default 10)")
     args = parser.parse_args(argv)
+    mixed = args.workload == "mixed"
 
     warnings.filterwarnings("ignore", message=r".*NumPy.*")
     import torch.distributed as dist
@@ -58,24 +84,34 @@ def main(argv: Optional[list[str]] = None) -> int:
             dp_size=world,
             attn_tp_size=1,
             cpu_group=dist.group.WORLD,
-            server_args=ServerArgs(enable_dp_attention=True),
+            server_args=ServerArgs(enable_dp_attention=True, prefill_delayer_queue_min_ratio=0.5 if mixed else None,
+                                   prefill_delayer_max_delay_ms=args.max_delay_ms if mixed else None),
             max_delay_passes=args.max_delay_passes,
             token_usage_low_watermark=0.5,
             profile=args.profile,
         )
         lines = []
+        reasons: dict[str, int] = {}
+        next_pass = time.perf_counter()
         for k in range(args.passes):
-            prefillable, usage, rb, pb, mrr, wq = workload(rank, world, k)
+            prefillable, usage, rb, pb, mrr, wq = (mixed_workload if mixed else workload)(rank, world, k)
+            if mixed:  # a scheduler's pace, not a busy loop
+                next_pass += args.pass_ms / 1000.0
+                time.sleep(max(0.0, next_pass - time.perf_counter()))
             executor = PrefillDelayerSinglePassExecutor(delayer, usage)
             allow = executor.negotiate_should_allow_prefill(prefillable, rb, pb, mrr, wq) if prefillable else False
             executor.finalize(actual_prefill=allow)  # negotiates as not prefillable if nothing did
             d = executor._result
             assert d is not None
+            reasons[d.output_reason or "none"] = reasons.get(d.output_reason or "none", 0) + 1
             lines.append(
                 f"[rank {rank}/{world}] pass {k}: prefillable={prefillable!s:5} -> allow={d.output_allow!s:5} "
                 f"reason={d.output_reason or '-':15} input={d.input_estimation:5} "
                 f"waited={d.wait_forward_passes} state={delayer.state.control}"
             )
+        if mixed:  # one line per rank: the decision log has every pass
+            lines = [f"[rank {rank}/{world}] {args.passes} passes: " + ", ".join(f"{r} {n}" for r, n in sorted(reasons.items()))]
+        delayer.close()
         # Print rank by rank so the output is readable.
         for r in range(world):
             dist.barrier()

@@ -295,3 +295,22 @@ def test_bad_options_are_refused_before_reading(clean_logs: Path, tmp_path: Path
     (tmp_path / "f").write_text("")
     rc, _, err = check_log(str(clean_logs), "--traces", str(tmp_path / "f"))
     assert rc == 2 and "--traces" in err
+
+
+def test_one_trace_per_window_and_a_cap_per_property(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import prefill_delayer.conformance.traces as traces
+
+    def two_runs(rank: int, k: int) -> tuple:  # two long slot-trigger runs, a pass with no prefill between them
+        return (False, 0.9, 0, 0, 0, 0) if k == 8 else (True, 0.9, 100, 80, 150, 10)
+
+    logs = tmp_path / "logs"
+    write_inprocess_logs(logs, world=2, passes=16, profile="seed", max_delay_passes=3, inputs=two_runs,
+                         server_args={"enable_dp_attention": True})
+    rc, out, _ = check_log(str(logs), "--traces", str(tmp_path / "all"), "--json", str(tmp_path / "all.json"))
+    assert rc == 1
+    windows = [tuple(t["passes"]) for t in _json(tmp_path / "all.json")["traces"] if t["property"] == "bounded-delay"]
+    assert windows == [(2, 4), (10, 12)]  # one per run, both ranks' findings share it; the second run starts fresh at 10
+    monkeypatch.setattr(traces, "MAX_TRACES_PER_PROPERTY", 1)
+    rc, out, _ = check_log(str(logs), "--traces", str(tmp_path / "capped"))
+    assert "traces (bounded-delay): 1 more window(s) of run 0 not written: at most 1 per property and run" in out
+    assert len(list((tmp_path / "capped").glob("seed-bounded-delay-*.json"))) == 1
