@@ -71,6 +71,7 @@ def plot(results: Sequence[RunResult], path: str, title: str = "", dpi: int = 72
         if warm > 0:
             a.axvspan(0, warm, color="#eeeeee", lw=0)
         a.set_title(what, fontsize=9)
+        a.set_ylim(bottom=0)
     ax.legend(loc="lower right", fontsize=7, ncol=min(n, 3))
     if title:
         fig.suptitle(title, fontsize=10)
@@ -103,7 +104,17 @@ def plot(results: Sequence[RunResult], path: str, title: str = "", dpi: int = 72
     try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=dpi)
+        _shrink(path)
     except OSError as exc:
         raise SimInputError(f"--plot {path}: {exc.strerror or exc}") from None
     finally:
         plt.close(fig)
+
+
+def _shrink(path: str) -> None:
+    """Re-save as a 64-colour palette PNG: the figure has few colours, and the file gets several times smaller."""
+    from PIL import Image  # a dependency of matplotlib
+
+    with Image.open(path) as img:
+        small = img.convert("RGB").quantize(colors=64, method=Image.Quantize.MEDIANCUT)
+    small.save(path, optimize=True)
