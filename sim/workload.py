@@ -202,8 +202,9 @@ class _MixSource(Source):
         return min((p.next_arrival() for p in self._parts), default=math.inf)
 
     def due(self, t: float) -> list[Request]:
-        out = [r for p in self._parts for r in p.due(t)]
-        out.sort(key=lambda r: (r.arrival, id(r)))
+        tagged = [(r.arrival, i, r.rid, r) for i, p in enumerate(self._parts) for r in p.due(t)]
+        tagged.sort(key=lambda x: x[:3])  # arrival, then part, then the part's own order: deterministic
+        out = [x[3] for x in tagged]
         # Request ids are unique across the mix: renumber in arrival order.
         for r in out:
             r.rid = self._next_rid
