@@ -98,9 +98,10 @@ class PrometheusPrefillDelayerMetrics:
             labelnames=[*names, *OUTCOME_LABELS],
             registry=reg,
         )
-        # Label children resolved once: observing is then a dict lookup and an add.
-        self._passes_child = self.wait_forward_passes.labels(**self.labels)
-        self._seconds_child = self.wait_seconds.labels(**self.labels)
+        # Label children resolved once: observing is then a dict lookup and an add. A metric
+        # without label names is its own child (prometheus_client refuses .labels() on it).
+        self._passes_child = self.wait_forward_passes.labels(**self.labels) if self.labels else self.wait_forward_passes
+        self._seconds_child = self.wait_seconds.labels(**self.labels) if self.labels else self.wait_seconds
         self._outcome_children: dict[tuple[str, bool, str, bool], Any] = {}
 
     def observe_prefill_delayer_outcome(

@@ -98,3 +98,16 @@ def test_delayer_feeds_the_collector_once_per_pass() -> None:
     assert sample(reg, "sglang:prefill_delayer_wait_forward_passes_count", dp_rank="0") == 1.0
     assert sample(reg, "sglang:prefill_delayer_wait_forward_passes_bucket", dp_rank="0", le="2.0") == 1.0
     assert sample(reg, "sglang:prefill_delayer_wait_forward_passes_bucket", dp_rank="0", le="0.0") == 0.0
+
+
+def test_no_extra_labels_is_a_valid_collector() -> None:
+    """Without labels the histograms have no label names: they are observed directly."""
+    reg = prometheus_client.CollectorRegistry()
+    m = PrometheusPrefillDelayerMetrics(30, registry=reg)
+    m.observe_prefill_delayer_outcome(
+        forward_passes=3, wait_seconds=0.5, input_estimation="all", output_allow=True, output_reason="wait_success", actual_execution=True
+    )
+    assert reg.get_sample_value("sglang:prefill_delayer_wait_forward_passes_count") == 1
+    assert reg.get_sample_value("sglang:prefill_delayer_wait_seconds_sum") == 0.5
+    outcome = dict(input_estimation="all", output_allow="true", output_reason="wait_success", actual_execution="true")
+    assert reg.get_sample_value("sglang:prefill_delayer_outcomes_total", outcome) == 1
