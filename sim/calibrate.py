@@ -132,6 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sections.append(section(f"#35241, ranks drifted by {DRIFTED} chunks", argv3, run(argv3)))
     argv4 = ["--scenario", "35241", "--drift", DRIFTED, "--mixed-chunk"]
     sections.append(section(f"#35241, drifted by {DRIFTED} chunks, with --mixed-chunk", argv4, run(argv4)))
+    argv5 = ["--scenario", "35241", "--drift", "1,0,0,0,0,0,0,0", "--profile", "seed", "--profile", "off"]
+    sections.append(section("#35241, one rank a chunk ahead", argv5, run(argv5)))
     sections.append("### #35241: two regimes over many drifts\n\n" + regimes(out, args.drifts))
     print("\n\n".join(sections))
     print(f"\n(calibration: {time.perf_counter() - start:.0f} s)", file=sys.stderr)
