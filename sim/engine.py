@@ -19,7 +19,6 @@ When no rank has anything to do the clock jumps to the next arrival (no pass).
 from __future__ import annotations
 
 import math
-from array import array
 from typing import Callable, Optional, Sequence
 
 from ..runtime.delayer import PrefillDelayer
@@ -28,7 +27,7 @@ from .config import SimConfig, Variant
 from .errors import SimInputError
 from .gather import make_gather
 from .rank import RankScheduler
-from .result import REASON_CODES, STATUS_CODES, RunResult
+from .result import RunResult
 from .trackers import MaxPrefillBsTracker
 from .workload import Request, Workload, largest_request
 
@@ -218,4 +217,4 @@ def simulate(config: SimConfig, variants: Sequence[Variant], workload: Workload,
     return [run_variant(config, v, workload, progress) for v in variants]
 
 
-__all__ = ["REASON_CODES", "STATUS_CODES", "check_fits", "run_variant", "simulate"]
+__all__ = ["check_fits", "run_variant", "simulate"]

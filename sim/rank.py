@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from typing import Any, Generator, Optional
+from typing import Generator, Optional
 
 from ..runtime.delayer import PrefillDelayer, PrefillDelayerSinglePassExecutor
 from .config import SimConfig
