@@ -58,6 +58,8 @@ def build(args: argparse.Namespace) -> tuple[SimConfig, list[Variant], Workload,
     for problem in (out_file_problem("--json", s["json"]), out_file_problem("--plot", s["plot"])):
         if problem:
             raise SimInputError(problem)
+    if "duration" in given and "passes" not in given:
+        s["passes"] = sys.maxsize  # --duration alone: the run ends at that simulated time, not at 10,000 passes
     config = _config(s)
     workload = _workload(s, given, config)
     tracker = s["tracker"]

@@ -132,7 +132,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--cost-prefill-token", type=float, metavar="S", default=S, help="default: a 16k-chunk pass lasts 1.397 s (SGLang #35241)")
     c.add_argument("--cost-decode-request", type=float, metavar="S", default=S, help="default 0.0002 (assumed)")
     r = p.add_argument_group("run and output")
-    r.add_argument("--passes", type=int, metavar="N", default=S, help="stop after N passes (default 10000)")
+    r.add_argument("--passes", type=int, metavar="N", default=S, help="stop after N passes (default 10000, or none with --duration)")
     r.add_argument("--duration", type=float, metavar="S", default=S, help="stop at S simulated seconds")
     r.add_argument("--warmup", type=float, metavar="S", default=S, help="leave the first S simulated seconds out of the table")
     r.add_argument("--seed", type=int, metavar="N", default=S, help="RNG seed (default 0): same seed, same run")

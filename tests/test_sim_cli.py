@@ -57,6 +57,14 @@ def test_a_scenario_with_overrides(capsys):
     assert "Engine: DP=8" in out and "drift 0,1,0,1,0,1,0,1 chunks" in out and "| seed | lifetime |" in out
 
 
+def test_duration_alone_lifts_the_pass_cap(capsys):
+    argv = [a for a in SMALL if a not in ("--passes", "120")]
+    assert cli([*argv, "--profile", "seed", "--duration", "2000", "--json", "/dev/null"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("| seed |"))
+    assert int(row.split("|")[3]) > 10_000  # more passes than the default cap, in 2,000 simulated s
+
+
 def test_a_trace_replay(tmp_path, capsys):
     trace = tmp_path / "t.csv"
     trace.write_text("arrival,prompt_tokens,output_tokens\n" + "".join(f"{i * 0.1},{300 + i},{3 + i % 4}\n" for i in range(20)))
