@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import statistics
 import sys
 import tempfile
@@ -33,6 +32,7 @@ from typing import Any, Callable, Optional
 
 from .bench import MAX_DELAY_PASSES, SERVER_ARGS, WATERMARK, _inputs
 from .delayer import CROSSCHECK_ENV, PrefillDelayer, PrefillDelayerSinglePassExecutor
+from .example import mixed_workload
 from .inprocess import InProcessGroup, run_ranks
 from .server_args import ServerArgs
 
@@ -83,20 +83,6 @@ def runtime_cost(passes: int, rounds: int, folder: Path) -> tuple[float, float, 
     return statistics.median(times["off"]), statistics.median(times["on"]), extra
 
 
-def _mixed_inputs(rank: int, k: int) -> tuple[bool, float, int, int, int, int]:
-    """A deterministic mix over 4 ranks: none, mixed (delays, timeouts), all (slot/queue triggers), watermark."""
-    kind = random.Random(k).randrange(11)  # a fixed pseudo-random sequence, alike on every rank
-    if kind in (0, 1):
-        return False, 0.9, 0, 0, 256, 0
-    if kind in (2, 3, 4):
-        return rank % 2 == 0, 0.9, 40, 16, 256, 4
-    if kind in (5, 6, 7):
-        return True, 0.9, 100, 80, 256, 10 + k % 70
-    if kind == 8:
-        return True, 0.3 if rank == 1 else 0.9, 100, 80, 1024, 10
-    return True, 0.9, 10, 8, 1024, 40
-
-
 def write_logs(folder: Path, passes: int, world: int = 4, profile: str = "hardened") -> None:
     """A ``world``-rank run over the in-process gather, each rank logging into ``folder``."""
     sa = ServerArgs(enable_dp_attention=True, prefill_delayer_queue_min_ratio=0.5, prefill_delayer_max_delay_ms=20.0)
@@ -107,7 +93,7 @@ def write_logs(folder: Path, passes: int, world: int = 4, profile: str = "harden
                            decision_log=folder)
         for k in range(passes):
             clock[0] += 0.004
-            prefillable, usage, rb, pb, mrr, wq = _mixed_inputs(rank, k)
+            prefillable, usage, rb, pb, mrr, wq = mixed_workload(rank, world, k)
             ex = PrefillDelayerSinglePassExecutor(d, usage)
             ex.finalize(actual_prefill=ex.negotiate_should_allow_prefill(prefillable, rb, pb, mrr, wq) if prefillable else False)
         d.close()

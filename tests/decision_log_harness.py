@@ -5,11 +5,11 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import random
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from prefill_delayer.runtime import PrefillDelayer, PrefillDelayerSinglePassExecutor, ServerArgs, run_ranks
+from prefill_delayer.runtime.example import mixed_workload
 
 from runtime_harness import Clock
 
@@ -21,23 +21,10 @@ PASS_SECONDS = 0.0041  # 10 ms never falls on a pass: ranks whose clocks differ 
 
 
 def mixed_inputs(rank: int, k: int) -> tuple[bool, float, int, int, int, int]:
-    """(prefillable, token_usage, running_batch, max_prefill_bs, max_running_requests, waiting_queue_len) of pass k.
-
-    A deterministic mix: nobody prefillable, mixed (delays up to the cap), everyone with the queue trigger
-    holding (delays until the 10 ms timeout, 3 passes: within the bound even in the seed), a low-watermark
-    rank (forced), everyone without a trigger.
-    max_running_requests is equal on every rank, so every profile's ranks agree under a shared clock.
-    """
-    kind = random.Random(k // 2).randrange(11)  # a fixed pseudo-random sequence of 2-pass blocks, alike on every rank
-    if kind in (0, 1):
-        return False, 0.9, 0, 0, 256, 0
-    if kind in (2, 3, 4):
-        return rank % 2 == 0, 0.9, 40, 16, 256, 4
-    if kind in (5, 6, 7):
-        return True, 0.9, 100, 80, 256, 10 + k % 70
-    if kind == 8:
-        return True, 0.3 if rank == 1 else 0.9, 100, 80, 1024, 10
-    return True, 0.9, 10, 8, 1024, 40
+    """The example's ``--workload mixed``: nobody prefillable, mixed (delays up to the cap), everyone
+    with the queue trigger, a low-KV-usage rank (forced), everyone without a trigger. Its
+    max_running_requests is equal on every rank, so every profile's ranks agree under a shared clock."""
+    return mixed_workload(rank, 4, k)
 
 
 def drive(delayer: PrefillDelayer, clock: Clock, rank: int, passes: int,
