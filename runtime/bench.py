@@ -136,31 +136,28 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_world(world: int, passes: int, rounds: int, with_seed: bool, timeout_s: float = 300.0) -> Timings:
-    """(wall, CPU) µs/pass per runner and round.
-
-    Wall: the slowest rank's (the one the scheduler waits for). CPU: the mean over
-    ranks, each rank's own cost; the maximum of four noisy per-rank CPU times on two
-    shared cores mostly measures the noise.
-    """
+def spawn_ranks(worker: Callable[..., None], world: int, args: tuple, timeout_s: float) -> dict[int, Any]:
+    """Run ``worker(rank, world, port, *args, queue)`` in ``world`` spawned processes joined on a free
+    loopback port; each puts ``(rank, report)`` on the queue. Every rank's report, or an error naming
+    the ranks that died or were late; no process outlives the call."""
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_worker, args=(r, world, port, passes, rounds, with_seed, queue), daemon=True) for r in range(world)]
+    procs = [ctx.Process(target=worker, args=(r, world, port, *args, queue), daemon=True) for r in range(world)]
     for p in procs:
         p.start()
-    results: dict[int, Timings] = {}
+    results: dict[int, Any] = {}
     deadline = time.monotonic() + timeout_s
     try:
         while len(results) < world:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TimeoutError(f"world {world}: ranks {sorted(set(range(world)) - set(results))} did not report")
+                raise TimeoutError(f"world {world}: ranks {sorted(set(range(world)) - set(results))} did not report within {timeout_s:g} s")
             try:
-                rank, res = queue.get(timeout=min(left, 1.0))
-                results[rank] = res
+                rank, report = queue.get(timeout=min(left, 1.0))
+                results[rank] = report
             except Exception:
                 dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
                 if dead:
@@ -172,6 +169,17 @@ def run_world(world: int, passes: int, rounds: int, with_seed: bool, timeout_s: 
             if p.is_alive():
                 p.kill()
                 p.join(5)
+    return results
+
+
+def run_world(world: int, passes: int, rounds: int, with_seed: bool, timeout_s: float = 300.0) -> Timings:
+    """(wall, CPU) µs/pass per runner and round.
+
+    Wall: the slowest rank's (the one the scheduler waits for). CPU: the mean over
+    ranks, each rank's own cost; the maximum of four noisy per-rank CPU times on two
+    shared cores mostly measures the noise.
+    """
+    results: dict[int, Timings] = spawn_ranks(_worker, world, (passes, rounds, with_seed), timeout_s)
     return {
         name: [
             (

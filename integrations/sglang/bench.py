@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import sys
 import time
 import warnings
 from datetime import timedelta
 from typing import Any, Callable, Optional
+
+from ...runtime.bench import spawn_ranks
 
 ROW = 9
 SCHEDULE = {"prefill_delayer_queue_min_ratio": 0.5, "prefill_delayer_max_delay_ms": None}
@@ -128,48 +129,15 @@ def _worker(rank: int, world: int, port: int, passes: int, rounds: int, queue: A
         for name in ("ours", "theirs"):
             dist.barrier()
             reads[name] = count_host_reads(runners[name], 40, k)  # 40 passes: ten of each kind
-        queue.put((rank, times, reads))
+        queue.put((rank, (times, reads)))
     finally:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run(world: int, passes: int, rounds: int, timeout_s: float = 600.0) -> tuple[Timings, dict[str, float]]:
     """Per runner and round: (slowest rank's wall, mean over ranks of CPU) µs per pass; and host reads per pass."""
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=_worker, args=(r, world, port, passes, rounds, queue), daemon=True) for r in range(world)]
-    for p in procs:
-        p.start()
-    got: dict[int, tuple[Timings, dict[str, float]]] = {}
-    deadline = time.monotonic() + timeout_s
-    try:
-        while len(got) < world:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"ranks {sorted(set(range(world)) - set(got))} did not report within {timeout_s:g} s")
-            try:
-                rank, times, reads = queue.get(timeout=min(left, 1.0))
-                got[rank] = (times, reads)
-            except Exception:
-                dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
-                if dead:
-                    raise RuntimeError(f"ranks {dead} exited with {[procs[r].exitcode for r in dead]}")
-        for p in procs:
-            p.join(10)
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join(5)
+    reports = spawn_ranks(_worker, world, (passes, rounds), timeout_s)
+    got: dict[int, tuple[Timings, dict[str, float]]] = {rank: (times, reads) for rank, (times, reads) in reports.items()}
     times0 = got[0][0]
     timings = {
         name: [(max(got[r][0][name][i][0] for r in got), statistics.fmean(got[r][0][name][i][1] for r in got))
