@@ -23,12 +23,6 @@ from ...runtime.gather import GatherFn
 from .shell import PassExecutor, PrefillDelayer, PrefillDelayerSinglePassExecutor, ShellDelayer
 
 
-def _nccl_env() -> bool:
-    from sglang.srt.environ import envs
-
-    return envs.SGLANG_NCCL_ALL_GATHER_IN_OVERLAP_SCHEDULER_SYNC_BATCH.get()
-
-
 class PrefillDelayer_0_5_14(ShellDelayer):
     """SGLang 0.5.14-0.5.17: every setting from ``server_args``."""
 
@@ -53,10 +47,7 @@ class PrefillDelayer_0_5_14(ShellDelayer):
             attn_dp_enabled=server_args.enable_dp_attention,
             attn_tp_size=attn_tp_size,
             attn_cp_size=1,
-            queue_min_ratio=server_args.prefill_delayer_queue_min_ratio,
-            max_delay_ms=server_args.prefill_delayer_max_delay_ms,
-            prefill_max_requests=server_args.prefill_max_requests,
-            use_device_group=server_args.disable_overlap_schedule or _nccl_env(),
+            settings=server_args,
             cpu_group=cpu_group, device_group=device_group, device=device,
             max_delay_passes=max_delay_passes, token_usage_low_watermark=token_usage_low_watermark,
             metrics_collector=metrics_collector, debug_log_enabled=True, profile=profile, gather=gather, clock=clock,
@@ -90,10 +81,7 @@ class PrefillDelayer_0_5_18(ShellDelayer):
             attn_dp_enabled=get_parallel().enable_dp_attention,
             attn_tp_size=attn_tp_size,
             attn_cp_size=1,
-            queue_min_ratio=server_args.prefill_delayer_queue_min_ratio,
-            max_delay_ms=server_args.prefill_delayer_max_delay_ms,
-            prefill_max_requests=server_args.prefill_max_requests,
-            use_device_group=server_args.disable_overlap_schedule or _nccl_env(),
+            settings=server_args,
             cpu_group=cpu_group, device_group=device_group, device=device,
             max_delay_passes=max_delay_passes, token_usage_low_watermark=token_usage_low_watermark,
             metrics_collector=metrics_collector, debug_log_enabled=debug_log_enabled, profile=profile, gather=gather,
@@ -128,10 +116,7 @@ class PrefillDelayer_0_5_19(ShellDelayer):
             attn_dp_enabled=get_parallel().enable_dp_attention,
             attn_tp_size=attn_tp_size,
             attn_cp_size=1,
-            queue_min_ratio=schedule.prefill_delayer_queue_min_ratio,
-            max_delay_ms=schedule.prefill_delayer_max_delay_ms,
-            prefill_max_requests=schedule.prefill_max_requests,
-            use_device_group=schedule.disable_overlap_schedule or _nccl_env(),
+            settings=schedule,
             cpu_group=cpu_group, device_group=device_group, device=device,
             max_delay_passes=max_delay_passes, token_usage_low_watermark=token_usage_low_watermark,
             metrics_collector=metrics_collector, debug_log_enabled=debug_log_enabled, profile=profile, gather=gather,
@@ -164,10 +149,7 @@ class PrefillDelayer_0_5_21(ShellDelayer):
             attn_dp_enabled=parallel.enable_dp_attention,
             attn_tp_size=parallel.attn_tp_size,
             attn_cp_size=1,
-            queue_min_ratio=schedule.prefill_delayer_queue_min_ratio,
-            max_delay_ms=schedule.prefill_delayer_max_delay_ms,
-            prefill_max_requests=schedule.prefill_max_requests,
-            use_device_group=schedule.disable_overlap_schedule or _nccl_env(),
+            settings=schedule,
             cpu_group=cpu_group, device_group=device_group, device=device,
             max_delay_passes=max_delay_passes, token_usage_low_watermark=token_usage_low_watermark,
             metrics_collector=metrics_collector, debug_log_enabled=debug_log_enabled, profile=profile, gather=gather,

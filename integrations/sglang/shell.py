@@ -31,6 +31,13 @@ from ...spec.inputs import args_problems
 CURRENT_PROFILE = "sglang-0.5.22"
 
 
+def nccl_env() -> bool:
+    """SGLang's switch for riding the NCCL device group (``SGLANG_NCCL_ALL_GATHER_IN_OVERLAP_SCHEDULER_SYNC_BATCH``)."""
+    from sglang.srt.environ import envs
+
+    return envs.SGLANG_NCCL_ALL_GATHER_IN_OVERLAP_SCHEDULER_SYNC_BATCH.get()
+
+
 class ShellDelayer:
     """What every release's shell shares: the core, and the attributes SGLang's code reads.
 
@@ -47,10 +54,7 @@ class ShellDelayer:
         attn_dp_enabled: bool,
         attn_tp_size: int,
         attn_cp_size: int,
-        queue_min_ratio: Optional[float],
-        max_delay_ms: Optional[float],
-        prefill_max_requests: Optional[int],
-        use_device_group: bool,
+        settings: Any,
         cpu_group: Any,
         device_group: Any,
         device: Any,
@@ -62,14 +66,15 @@ class ShellDelayer:
         gather: Optional[GatherFn],
         clock: Optional[Callable[[], float]],
     ) -> None:
+        # ``settings`` is where the release reads them (``server_args`` or ``get_schedule()``).
         # The core reads these five fields; disable_overlap_schedule there selects the
         # device group, so it carries SGLang's own choice (its flag or its NCCL variable).
         view = ScheduleView(
             enable_dp_attention=attn_dp_enabled,
-            disable_overlap_schedule=bool(use_device_group),
-            prefill_delayer_queue_min_ratio=queue_min_ratio,
-            prefill_delayer_max_delay_ms=max_delay_ms,
-            prefill_max_requests=prefill_max_requests,
+            disable_overlap_schedule=bool(settings.disable_overlap_schedule or nccl_env()),
+            prefill_delayer_queue_min_ratio=settings.prefill_delayer_queue_min_ratio,
+            prefill_delayer_max_delay_ms=settings.prefill_delayer_max_delay_ms,
+            prefill_max_requests=settings.prefill_max_requests,
         )
         self._core = CoreDelayer(
             num_dp_ranks,
@@ -166,7 +171,6 @@ class PrefillDelayer(ShellDelayer):
         gather: Optional[GatherFn] = None,
         clock: Optional[Callable[[], float]] = None,
     ) -> None:
-        from sglang.srt.environ import envs
         from sglang.srt.runtime_context import get_parallel, get_schedule
 
         parallel, schedule = get_parallel(), get_schedule()
@@ -176,11 +180,7 @@ class PrefillDelayer(ShellDelayer):
             attn_dp_enabled=parallel.attn_dp_enabled,
             attn_tp_size=parallel.attn_tp_size,
             attn_cp_size=parallel.attn_cp_size,
-            queue_min_ratio=schedule.prefill_delayer_queue_min_ratio,
-            max_delay_ms=schedule.prefill_delayer_max_delay_ms,
-            prefill_max_requests=schedule.prefill_max_requests,
-            use_device_group=schedule.disable_overlap_schedule
-            or envs.SGLANG_NCCL_ALL_GATHER_IN_OVERLAP_SCHEDULER_SYNC_BATCH.get(),
+            settings=schedule,
             cpu_group=tp_group.cpu_group,
             device_group=tp_group.device_group,
             device=tp_group.device,
