@@ -7,9 +7,13 @@ SGLang's runtime context on a gloo rank comes from ``integrations.sglang.cpu_con
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
 import sys
+import textwrap
 import types
 from importlib import metadata
+from pathlib import Path
 from typing import Callable, Optional
 
 from prefill_delayer.integrations.sglang.cpu_context import layout_widths, publish_context  # noqa: F401 - re-exported
@@ -30,6 +34,17 @@ def sglang_skip_reason() -> Optional[str]:
     if version != SGLANG_RELEASE:
         return f"these tests are written against SGLang {SGLANG_RELEASE}; {version} is installed"
     return None
+
+
+def run_python(script: str, env: dict[str, str], timeout_s: float = 120.0) -> subprocess.CompletedProcess:
+    """``script`` in a fresh interpreter (a REPLACE must not leak into other tests), the tests on its path.
+
+    The plugin's variables come only from ``env``: the caller's own settings never leak in.
+    """
+    full_env = {k: v for k, v in os.environ.items() if k not in ("PREFILL_DELAYER_PROFILE", "SGLANG_PLUGINS")}
+    full_env.update(env, PYTHONWARNINGS="ignore", PYTHONPATH=str(Path(__file__).parent))
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True,
+                          timeout=timeout_s, env=full_env)
 
 
 def their_module(clock: Callable[[], float]) -> types.ModuleType:

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from runtime_harness import COLLECTIVE_TIMEOUT_S, Clock, Recorder, decision_tuple, error_info, results, spawn_gloo
-from sglang_harness import SGLANG_RELEASE, layout_widths, publish_context, sglang_skip_reason, their_module
+from sglang_harness import SGLANG_RELEASE, layout_widths, publish_context, run_python, sglang_skip_reason, their_module
 
 pytestmark = [pytest.mark.sglang, pytest.mark.skipif(sglang_skip_reason() is not None, reason=str(sglang_skip_reason()))]
 
@@ -35,13 +35,6 @@ TESTS = Path(__file__).parent
 
 
 # ----- the plugin, in a fresh interpreter ------------------------------------------------------
-
-
-def _python(script: str, env: dict[str, str], timeout_s: float = 120.0) -> subprocess.CompletedProcess:
-    full_env = {k: v for k, v in os.environ.items() if k not in ("PREFILL_DELAYER_PROFILE", "SGLANG_PLUGINS")}
-    full_env.update(env, PYTHONWARNINGS="ignore", PYTHONPATH=str(TESTS))
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True,
-                          timeout=timeout_s, env=full_env)
 
 
 # Imports the names as SGLang's scheduler does (``from ... import``, before load_plugins), then loads the plugins.
@@ -70,7 +63,7 @@ THEIRS = ["sglang.srt.managers.prefill_delayer.PrefillDelayer",
 @pytest.mark.parametrize("setting, profile", [("sglang", "sglang-0.5.22"), ("hardened", "hardened"),
                                               ("sglang-0.5.20", "sglang-0.5.19")])
 def test_plugin_replaces_both_classes_where_they_were_imported(setting: str, profile: str) -> None:
-    done = _python(_LOAD, {"PREFILL_DELAYER_PROFILE": setting})
+    done = run_python(_LOAD, {"PREFILL_DELAYER_PROFILE": setting})
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert out["module"] == OURS and out["importer"] == OURS and out["replaced"]
@@ -85,7 +78,7 @@ def test_plugin_replaces_both_classes_where_they_were_imported(setting: str, pro
 
 @pytest.mark.parametrize("env", [{}, {"PREFILL_DELAYER_PROFILE": ""}])
 def test_plugin_does_nothing_without_the_variable(env: dict[str, str]) -> None:
-    done = _python(_LOAD, env)
+    done = run_python(_LOAD, env)
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert out["module"] == THEIRS and out["importer"] == THEIRS and not out["replaced"]
@@ -99,7 +92,7 @@ def test_plugin_does_nothing_without_the_variable(env: dict[str, str]) -> None:
     ("Hardened", "unknown profile 'Hardened'"),
 ])
 def test_a_bad_value_stops_the_process_with_one_clear_line(setting: str, says: str) -> None:
-    done = _python(_LOAD, {"PREFILL_DELAYER_PROFILE": setting})
+    done = run_python(_LOAD, {"PREFILL_DELAYER_PROFILE": setting})
     assert done.returncode == 1 and done.stdout == ""
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith(f"prefill-delayer: PREFILL_DELAYER_PROFILE={setting!r}: ") and says in last, done.stderr
@@ -108,18 +101,18 @@ def test_a_bad_value_stops_the_process_with_one_clear_line(setting: str, says: s
 
 def test_sglang_means_the_installed_release_and_an_unknown_one_stops() -> None:
     script = "import sglang; sglang.__version__ = '0.5.99'\n" + textwrap.dedent(_LOAD)
-    done = _python(script, {"PREFILL_DELAYER_PROFILE": "sglang"})
+    done = run_python(script, {"PREFILL_DELAYER_PROFILE": "sglang"})
     assert done.returncode == 1, done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert "the installed SGLang, 0.5.99, which is not a release this package knows" in last
     assert "sglang-0.5.23" in last and "hardened" in last
     # A named profile still needs a release whose constructor we know.
-    done = _python(script, {"PREFILL_DELAYER_PROFILE": "hardened"})
+    done = run_python(script, {"PREFILL_DELAYER_PROFILE": "hardened"})
     assert done.returncode == 1 and "the installed SGLang is 0.5.99" in done.stderr.strip().splitlines()[-1]
 
 
 def test_install_replaces_by_hand_and_refuses_a_bad_profile_without_replacing() -> None:
-    done = _python("""
+    done = run_python("""
         import json
         import sglang.srt.managers.prefill_delayer as pd
         from sglang.srt.managers.prefill_delayer import PrefillDelayer as early
@@ -157,17 +150,6 @@ def test_the_installed_scheduler_imports_the_names_and_loads_plugins_first() -> 
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and ast.unparse(n.func) == "PrefillDelayer"]
     assert len(calls) == 1 and sorted(k.arg for k in calls[0].keywords) == [
         "debug_log_enabled", "max_delay_passes", "metrics_collector", "token_usage_low_watermark"]
-
-
-def test_the_scheduler_module_itself_gets_ours() -> None:
-    """Runs where SGLang's scheduler imports (it needs torchvision, whose PyPI build needs CUDA torch)."""
-    probe = _python("import sglang.srt.managers.scheduler", {})
-    if probe.returncode != 0:
-        pytest.skip("sglang.srt.managers.scheduler does not import here (it needs SGLang's full requirements, "
-                    "torchvision among them, whose PyPI build needs CUDA torch): " + probe.stderr.strip().splitlines()[-1])
-    done = _python(_LOAD + "\n    import sglang.srt.managers.scheduler as s\n    print(s.PrefillDelayer is pd.PrefillDelayer)",
-                   {"PREFILL_DELAYER_PROFILE": "sglang"})
-    assert done.returncode == 0 and done.stdout.strip().splitlines()[-1] == "True", done.stderr
 
 
 # ----- side by side on gloo ranks ----------------------------------------------------------------
