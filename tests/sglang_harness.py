@@ -20,6 +20,11 @@ from prefill_delayer.integrations.sglang.cpu_context import layout_widths, publi
 
 SGLANG_RELEASE = "0.5.23"
 THEIR_MODULE = "sglang.srt.managers.prefill_delayer"
+# The two names the plugin replaces, as module.qualname: ours, and SGLang's own.
+OURS = ["prefill_delayer.integrations.sglang.shell.PrefillDelayer",
+        "prefill_delayer.integrations.sglang.shell.PrefillDelayerSinglePassExecutor"]
+THEIRS = ["sglang.srt.managers.prefill_delayer.PrefillDelayer",
+          "sglang.srt.managers.prefill_delayer.PrefillDelayerSinglePassExecutor"]
 
 
 def sglang_skip_reason() -> Optional[str]:

@@ -27,7 +27,8 @@ from typing import Any
 import pytest
 
 from runtime_harness import COLLECTIVE_TIMEOUT_S, Clock, Recorder, decision_tuple, error_info, results, spawn_gloo
-from sglang_harness import SGLANG_RELEASE, layout_widths, publish_context, run_python, sglang_skip_reason, their_module
+from sglang_harness import (OURS, SGLANG_RELEASE, THEIRS, layout_widths, publish_context, run_python, sglang_skip_reason,
+                            their_module)
 
 pytestmark = [pytest.mark.sglang, pytest.mark.skipif(sglang_skip_reason() is not None, reason=str(sglang_skip_reason()))]
 
@@ -54,10 +55,6 @@ _LOAD = """
         "replaced": pd.PrefillDelayer is not theirs[0],
     }))
 """
-OURS = ["prefill_delayer.integrations.sglang.shell.PrefillDelayer",
-        "prefill_delayer.integrations.sglang.shell.PrefillDelayerSinglePassExecutor"]
-THEIRS = ["sglang.srt.managers.prefill_delayer.PrefillDelayer",
-          "sglang.srt.managers.prefill_delayer.PrefillDelayerSinglePassExecutor"]
 
 
 @pytest.mark.parametrize("setting, profile", [("sglang", "sglang-0.5.22"), ("hardened", "hardened"),

@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 import pytest
 
-from sglang_harness import SGLANG_RELEASE, run_python, sglang_skip_reason
+from sglang_harness import OURS, SGLANG_RELEASE, THEIRS, run_python, sglang_skip_reason
 
 pytestmark = [pytest.mark.sglang, pytest.mark.skipif(sglang_skip_reason() is not None, reason=str(sglang_skip_reason()))]
 
@@ -97,12 +97,6 @@ _SCHEDULER_PROCESS = """
         "returns": returns,
     }}))
 """
-
-OURS = ["prefill_delayer.integrations.sglang.shell.PrefillDelayer",
-        "prefill_delayer.integrations.sglang.shell.PrefillDelayerSinglePassExecutor"]
-THEIRS = ["sglang.srt.managers.prefill_delayer.PrefillDelayer",
-          "sglang.srt.managers.prefill_delayer.PrefillDelayerSinglePassExecutor"]
-
 
 def _scheduler_processes(setting: Optional[str], tmp: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """Two scheduler processes' start-up and passes under ``PREFILL_DELAYER_PROFILE=setting`` (unset for None)."""
