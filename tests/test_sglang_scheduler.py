@@ -5,8 +5,8 @@ run in the scheduler environment (``.ci/sglang-scheduler`` builds it and runs
 them with ``PREFILL_DELAYER_REQUIRE_SGLANG_SCHEDULER=1``, which turns the skip
 into a failure). Elsewhere they skip and say so.
 
-Each case is one fresh interpreter doing what a scheduler process does, in its
-order: import the scheduler module, ``load_plugins()``, publish SGLang's
+Each case is two fresh interpreters, the ranks of a 2-way DP-attention gloo
+world, each doing what a scheduler process does, in its order: import the scheduler module, ``load_plugins()``, publish SGLang's
 runtime context, then SGLang's own ``Scheduler.init_schedule_policy`` builds
 the delayer (with the scheduler's keywords) and the scheduler module's
 ``PrefillDelayerSinglePassExecutor`` runs passes over it. Nothing of SGLang is
