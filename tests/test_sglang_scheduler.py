@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 import pytest
 
-from sglang_harness import OURS, SGLANG_RELEASE, THEIRS, run_python, sglang_skip_reason
+from sglang_harness import OURS, SGLANG_RELEASE, THEIRS, layout_widths, run_python, sglang_skip_reason
 
 pytestmark = [pytest.mark.sglang, pytest.mark.skipif(sglang_skip_reason() is not None, reason=str(sglang_skip_reason()))]
 
@@ -33,7 +33,7 @@ REQUIRE = "PREFILL_DELAYER_REQUIRE_SGLANG_SCHEDULER"
 NO_SCHEDULER = "SCHEDULER-DOES-NOT-IMPORT: "
 WORLD = 2
 # DP attention over the two ranks; a delay cap far above a pass's time keeps the decisions off the clock.
-LAYOUT = {"tp_size": WORLD, "attn_dp_size": WORLD, "attn_cp_size": 1, "dp_size": 1}
+LAYOUT = layout_widths(WORLD, attn_dp_size=WORLD)
 SCHEDULE = {"prefill_delayer_max_delay_passes": 3, "prefill_delayer_token_usage_low_watermark": 0.3,
             "prefill_delayer_queue_min_ratio": 0.5, "prefill_delayer_max_delay_ms": 60000.0, "prefill_max_requests": 6}
 
@@ -98,6 +98,7 @@ _SCHEDULER_PROCESS = """
     }}))
 """
 
+
 def _scheduler_processes(setting: Optional[str], tmp: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """Two scheduler processes' start-up and passes under ``PREFILL_DELAYER_PROFILE=setting`` (unset for None)."""
     script = _SCHEDULER_PROCESS.format(no_scheduler=NO_SCHEDULER, world=WORLD, layout=LAYOUT, schedule=SCHEDULE)
@@ -122,8 +123,10 @@ def _scheduler_processes(setting: Optional[str], tmp: Path) -> tuple[list[dict[s
 
 
 # What SGLang's own class and ours print at start-up: the settings the scheduler passed.
-SETTINGS_LINE = ("PrefillDelayer initialized with max_delay_passes=3 token_usage_low_watermark=0.3 "
-                 "queue_min_ratio=0.5 max_delay_ms=60000.0 queue_trigger_enabled=True")
+SETTINGS_LINE = (f"PrefillDelayer initialized with max_delay_passes={SCHEDULE['prefill_delayer_max_delay_passes']} "
+                 f"token_usage_low_watermark={SCHEDULE['prefill_delayer_token_usage_low_watermark']} "
+                 f"queue_min_ratio={SCHEDULE['prefill_delayer_queue_min_ratio']} "
+                 f"max_delay_ms={SCHEDULE['prefill_delayer_max_delay_ms']} queue_trigger_enabled=True")
 
 
 @pytest.fixture(scope="module")
