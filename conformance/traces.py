@@ -1,6 +1,6 @@
 """``check-log --traces DIR``: each flagged window of a log as a trace that ``prefill-delayer replay`` reproduces.
 
-A trace (``proofs.trace``) starts from freshly built delayers, so a window must
+A trace (``traces.format``) starts from freshly built delayers, so a window must
 start at a pass from which fresh delayers reach the logged states. The window
 chosen for a violation is the *latest* pass at or before the violation's first
 pass (a delay run's first delay; the disagreeing pass) at which every rank's
@@ -18,7 +18,7 @@ skip flag from outside; failed passes change no state and are left out.
 Each trace is replayed here, through the runtime, before it is written: only a
 window whose violation ``replay`` reproduces is written, and the reason is
 given for any other. Only properties with a replayable check
-(``proofs.violations``) have traces; a conformance divergence cannot have one,
+(``traces.violations``) have traces; a conformance divergence cannot have one,
 since replay runs this build's runtime, which follows the spec.
 """
 
@@ -28,8 +28,8 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from ..proofs.trace import CONFIG_KEYS, validate_trace
-from ..proofs.violations import CHECKS
+from ..traces.format import CONFIG_KEYS, validate_trace
+from ..traces.violations import CHECKS
 from ..spec.table import IDLE
 from ..spec.view import ROW_LEN
 from .checks import Finding, Report, Session, shared_state
@@ -125,7 +125,7 @@ def export_traces(report: Report, directory: str | Path) -> list[dict[str, Any]]
     violations between ranks whose states had already split are consequences of
     the one that split them, whose window is written.
     """
-    from ..proofs.replay import replay
+    from ..traces.replay import replay
 
     out: list[dict[str, Any]] = []
     folder = Path(directory)

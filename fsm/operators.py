@@ -2,7 +2,7 @@
 
 Guards use plain operators (``v.running_batch > 0``, ``s.delayed_count + 1``).
 Two readings of the operator layer evaluate them on symbolic values:
-``fsm.textops.Expr`` (readable formulas for the docs) and ``fsm.compiled.Src``
+``docgen.textops.Expr`` (readable formulas for the docs) and ``fsm.compiled.Src``
 (Python source for the runtime). Both route every operator through two hooks:
 ``_bin(op, other, reflected)`` for arithmetic and ``_cmp(op, other)`` for comparisons.
 """

@@ -7,7 +7,7 @@ Nothing here restates a guard: ``encode_pass`` asks ``spec.table.holds`` and
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import z3
 

@@ -1,25 +1,21 @@
-"""``prefill-delayer prove``: run the catalogue, print a table, write the report and traces."""
+"""The catalogue run: every property on every profile, with counterexample traces for the refutations."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from ..spec.hashing import spec_hash
-from ..spec.profiles import PROFILES, resolve_profile
+from ..spec.profiles import PROFILES
 from ..spec.invariants import BY_ID, CATALOGUE, PROVED, REFUTED, UNKNOWN
 from ..spec.table import Table, build_table
 from . import bmc
 from .aggregates import check_aggregate_view
-from .families import Family, Scope, families, scope_line
+from .families import Family, Scope, families
 from .properties import SINGLE_STEP
-from .trace import write_trace
-from .violations import find_violation
+from ..traces.violations import find_violation
 
 # What the proofs range over by default: every queue ratio and every dp_size.
 PROVE_SCOPE = Scope()
@@ -211,56 +207,3 @@ def run_parallel(profiles: Sequence[str], timeout_ms: int, jobs: int, scope: Sco
 def _run_one_profile(job: tuple[str, int, Scope]) -> list[Result]:
     profile, timeout_ms, scope = job
     return run_catalogue((profile,), scope, timeout_ms=timeout_ms)
-
-
-def format_matrix(results: Sequence[Result]) -> str:
-    """Properties x profiles; each cell the status, with ``!`` and the expected one where they differ."""
-    props = list(dict.fromkeys(r.property for r in results))
-    profs = list(dict.fromkeys(r.profile for r in results))
-    cell = {(r.property, r.profile): r for r in results}
-
-    def text(r: Optional[Result]) -> str:
-        if r is None:
-            return "-"
-        return r.status if r.ok else f"{r.status}! (expected {r.expected})"
-
-    rows = [("property", *profs)] + [(prop, *(text(cell.get((prop, p))) for p in profs)) for prop in props]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
-def main(args: Any) -> int:
-    profiles = tuple(dict.fromkeys(resolve_profile(p) for p in args.profile)) if args.profile else PROFILES
-    t0 = time.perf_counter()
-    scope = Scope(
-        queue_ratio=PROVE_SCOPE.queue_ratio if args.queue_min_ratio is None else float(args.queue_min_ratio),
-        dp_size=args.dp_size,
-    )
-    results = run_parallel(profiles, args.timeout_ms, args.jobs, scope)
-    total = time.perf_counter() - t0
-    if args.traces:
-        for r in results:
-            if r.trace is not None:
-                r.trace_path = str(write_trace(r.trace, args.traces))
-    print(format_matrix(results))
-    layouts = all(r.ok and r.status == PROVED for r in results if r.property == "aggregate-view")
-    print(f"\nspec {spec_hash()}; {len(results)} checks in {total:.2f} s wall")
-    print(scope_line(profiles, scope, layouts))
-    for r in results:
-        if r.trace is not None:
-            where = f" -> {r.trace_path}" if r.trace_path else ""
-            print(f"{r.profile} {r.property}: {r.trace['violation']}{where}")
-    for r in results:
-        if r.status == UNKNOWN:
-            print(f"{r.profile} {r.property}: {r.note}")
-    if args.json:
-        report = {"spec_hash": spec_hash(), "seconds": round(total, 3), "results": [r.as_json() for r in results]}
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
-    bad = [r for r in results if not r.ok]
-    if bad:
-        print("\nFAILED: " + ", ".join(f"{r.profile}/{r.property} is {r.status}, expected {r.expected}" for r in bad))
-        return 1
-    return 0

@@ -15,9 +15,8 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from ..proofs.cli import build_parser
 from .cli import build, plot_title
-from .options import settings as option_settings
+from .options import add_arguments, settings as option_settings
 from .engine import simulate
 from .report import decisions_table, header, table
 from .result import RunResult
@@ -27,7 +26,9 @@ DRIFTED = "3,3,0,2,3,3,2,3"  # the draw of --drift random:3 with --seed 0: a dri
 
 def run(argv: Sequence[str]) -> list[RunResult]:
     """What ``prefill-delayer simulate ARGV`` runs (the figure included), without printing."""
-    args = build_parser().parse_args(["simulate", *argv])
+    parser = argparse.ArgumentParser(prog="prefill-delayer simulate")
+    add_arguments(parser)
+    args = parser.parse_args(list(argv))
     config, variants, workload, settings = build(args)
     results = simulate(config, variants, workload)
     if settings["plot"]:

@@ -1,7 +1,7 @@
 """``prefill-delayer simulate``: build the run from the options, simulate, print the tables.
 
 Any mistake in the options, the trace or the workload is one line on stderr and
-exit 2 (``main`` in ``proofs.cli`` prints it); the run itself writes the tables
+exit 2 (``prefill-delayer``'s ``main`` prints it); the run itself writes the tables
 on stdout, the progress bar (when shown) on stderr.
 """
 
@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
-from ..proofs.cli_checks import out_file_problem
+from ..files import out_file_problem
 from .config import SimConfig, Variant
 from .cost import SGLANG_35241, CostModel
 from .engine import simulate

@@ -14,7 +14,7 @@ that hands every rank the rows of the pass.
 * ``ThreadedGather``: one thread per rank, over ``runtime.InProcessGroup`` (the
   barrier-based in-process gather of the runtime), driven pass by pass.
 
-``sim.bench`` times both; they make identical decisions (tested).
+``benchmarks.sim`` times both; they make identical decisions (tested).
 """
 
 from __future__ import annotations

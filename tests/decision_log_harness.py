@@ -66,7 +66,7 @@ def write_inprocess_logs(folder: Path, world: int = 4, passes: int = 60, profile
 
 def check_log(*argv: str) -> tuple[int, str, str]:
     """``prefill-delayer check-log ARGV`` in this process: (exit code, stdout, stderr)."""
-    from prefill_delayer.proofs.cli import main
+    from prefill_delayer.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -131,7 +131,7 @@ def test_seed_unbounded_delay_is_flagged_and_its_trace_replays(tmp_path: Path) -
     assert [t["property"] for t in traces] == ["bounded-delay", "joint-progress"]
     trace = json.loads(Path(traces[0]["path"]).read_text())
     assert trace["source"]["synthetic_first_pass"] is True  # pass 1 consumed the skip; the window starts at pass 2
-    from prefill_delayer.proofs.cli import main
+    from prefill_delayer.cli import main
 
     for t in traces:
         assert main(["replay", t["path"]]) == 0
@@ -156,7 +156,7 @@ def test_agreement_violation_under_clock_skew_and_its_trace(tmp_path: Path) -> N
     assert not [f for f in report["findings"] if f["category"] == "conformance"]  # the runtime did what the spec says
     written = [t for t in report["traces"] if t["path"] and t["property"] == "agreement-equal-args"]
     assert len(written) == 1 and written[0]["passes"][1] == first["pass"]
-    from prefill_delayer.proofs.cli import main
+    from prefill_delayer.cli import main
 
     assert main(["replay", written[0]["path"]]) == 0
 

@@ -95,6 +95,6 @@ def test_gloo_seed_under_clock_skew_breaks_agreement_and_the_trace_replays(tmp_p
     assert not [f for f in report["findings"] if f["category"] == "conformance"]
     traces = [t for t in report["traces"] if t["path"]]
     assert [t["property"] for t in traces] == ["agreement-equal-args"] and traces[0]["passes"] == [1, 3]
-    from prefill_delayer.proofs.cli import main
+    from prefill_delayer.cli import main
 
     assert main(["replay", traces[0]["path"]]) == 0

@@ -16,12 +16,12 @@ from typing import Any, Optional
 
 import pytest
 
-from prefill_delayer.proofs.cli import build_parser
-from prefill_delayer.proofs.cli import main as cli
-from prefill_delayer.proofs.cli_checks import prove_problem
-from prefill_delayer.proofs.replay import run_trace
-from prefill_delayer.proofs.trace import TraceError, validate_trace, write_trace
-from prefill_delayer.proofs.violations import CHECKS
+from prefill_delayer.cli import build_parser
+from prefill_delayer.cli import main as cli
+from prefill_delayer.cli.checks import prove_problem
+from prefill_delayer.traces.replay import run_trace
+from prefill_delayer.traces.format import TraceError, validate_trace, write_trace
+from prefill_delayer.traces.violations import CHECKS
 from prefill_delayer.spec.inputs import MAX_COUNT
 from prefill_delayer.spec.profiles import PROFILES
 

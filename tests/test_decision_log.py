@@ -271,7 +271,7 @@ def test_runtime_and_check_log_import_neither_torch_nor_z3_nor_matplotlib(tmp_pa
     write_inprocess_logs(tmp_path, world=2, passes=6)
     code = (
         "import sys, prefill_delayer.runtime, prefill_delayer.runtime.decision_log\n"
-        "from prefill_delayer.proofs.cli import main\n"
+        "from prefill_delayer.cli import main\n"
         f"rc = main(['check-log', {str(tmp_path)!r}, '--json', {str(tmp_path / 'r.json')!r}])\n"
         "bad = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'z3', 'hypothesis', 'matplotlib'})\n"
         "print(rc, bad)\n"

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prefill_delayer.fsm import docs
-from prefill_delayer.fsm.textops import UNDOCUMENTED, Case, Leaf, Renderer, TextOps, guard_functions
-from prefill_delayer.proofs.cli import main as cli_main
+from prefill_delayer import docgen as docs
+from prefill_delayer.docgen.textops import UNDOCUMENTED, Case, Leaf, Renderer, TextOps, guard_functions
+from prefill_delayer.cli import main as cli_main
 from prefill_delayer.spec import config as config_module
 from prefill_delayer.spec import guards, invariants, profiles, table
 from prefill_delayer.spec.hashing import spec_hash
@@ -64,7 +64,9 @@ def test_outside_a_checkout_out_is_required(monkeypatch: pytest.MonkeyPatch, tmp
     monkeypatch.setattr(table, "__file__", str(tmp_path / "site-packages" / "prefill_delayer" / "spec" / "table.py"))
     with pytest.raises(docs.DocsError, match="--out"):
         docs.repo_docs_dir()
-    assert docs.main(SimpleNamespace(check=True, out=None)) == 2
+    from prefill_delayer.cli import docs as docs_cli
+
+    assert docs_cli.main(SimpleNamespace(check=True, out=None)) == 2
     assert "--out" in capsys.readouterr().err
 
 
@@ -197,7 +199,7 @@ def test_guard_formulas_read_like_the_code() -> None:
 
 
 def test_textops_negation_and_precedence() -> None:
-    from prefill_delayer.fsm.textops import Expr
+    from prefill_delayer.docgen.textops import Expr
 
     o = TextOps()
     a, b, c = Expr("a"), Expr("b"), Expr("c")
@@ -361,7 +363,7 @@ def test_docs_check_passes_fresh_and_fails_stale(tmp_path: Path, capsys: pytest.
 
 @needs_pygraphviz
 def test_docs_check_exit_status_through_the_installed_command(tmp_path: Path) -> None:
-    run = [sys.executable, "-m", "prefill_delayer.proofs.cli", "docs", "--out", str(tmp_path)]
+    run = [sys.executable, "-m", "prefill_delayer.cli", "docs", "--out", str(tmp_path)]
     assert subprocess.run(run, capture_output=True).returncode == 0
     assert subprocess.run(run + ["--check"], capture_output=True).returncode == 0
     (tmp_path / docs.DOC_NAME).write_text("stale\n", encoding="utf-8")

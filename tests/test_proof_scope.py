@@ -125,7 +125,7 @@ def test_scope_line_says_any_for_every_range():
 
 
 def test_cli_prints_the_scope_line(capsys):
-    from prefill_delayer.proofs.cli import main
+    from prefill_delayer.cli import main
 
     assert main(["prove", "--profile", "hardened", "--jobs", "1"]) == 0
     out = capsys.readouterr().out
@@ -133,7 +133,7 @@ def test_cli_prints_the_scope_line(capsys):
 
 
 def test_unknown_results_say_the_timeout_caused_them(capsys):
-    from prefill_delayer.proofs.cli import main
+    from prefill_delayer.cli import main
 
     assert main(["prove", "--profile", "hardened", "--jobs", "1", "--timeout-ms", "1"]) == 1
     out = capsys.readouterr().out

@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("z3")
 
 from prefill_delayer.proofs.prove import run_catalogue  # noqa: E402
-from prefill_delayer.proofs.trace import validate_trace  # noqa: E402
+from prefill_delayer.traces.format import validate_trace  # noqa: E402
 from prefill_delayer.spec import guards  # noqa: E402
 from prefill_delayer.spec.invariants import CATALOGUE  # noqa: E402
 from prefill_delayer.spec.profiles import PROFILES  # noqa: E402
@@ -52,7 +52,7 @@ def test_every_refuted_cell_carries_a_short_trace(results):
 
 
 def test_cli_prove_writes_report_and_traces(tmp_path):
-    from prefill_delayer.proofs.cli import main
+    from prefill_delayer.cli import main
 
     report, traces = tmp_path / "report.json", tmp_path / "traces"
     assert main(["prove", "--json", str(report), "--traces", str(traces)]) == 0
@@ -120,7 +120,7 @@ def test_agreement_counterexample_falls_back_to_local_arguments(monkeypatch):
 
 def test_cli_prove_at_another_ratio_and_rejects_a_bad_one(capsys):
     """0.29 is a ratio whose double products round above their exact floor (int(300 * 0.29) == 87)."""
-    from prefill_delayer.proofs.cli import main
+    from prefill_delayer.cli import main
 
     assert main(["prove", "--queue-min-ratio", "0.29", "--dp-size", "3", "--jobs", "2"]) == 0
     assert "queue_min_ratio off or 0.29" in capsys.readouterr().out

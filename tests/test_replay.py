@@ -9,10 +9,10 @@ import pytest
 
 pytest.importorskip("z3")
 
-from prefill_delayer.proofs.cli import main as cli  # noqa: E402
+from prefill_delayer.cli import main as cli  # noqa: E402
 from prefill_delayer.proofs.prove import run_catalogue  # noqa: E402
-from prefill_delayer.proofs.replay import replay, run_trace  # noqa: E402
-from prefill_delayer.proofs.violations import find_violation  # noqa: E402
+from prefill_delayer.traces.replay import replay, run_trace  # noqa: E402
+from prefill_delayer.traces.violations import find_violation  # noqa: E402
 from prefill_delayer.spec.profiles import RELEASES  # noqa: E402
 
 pytestmark = pytest.mark.proofs

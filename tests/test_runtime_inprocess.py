@@ -68,7 +68,7 @@ def _run_case(case: dict[str, Any], rank: int, gather: Any, make: Any) -> Any:
         clock.t += call.get("advance_s", 0.0)
 
         def arg(name: str, default: Any = 0) -> Any:
-            v = call.get(name, default)
+            v = call.get(name, default)  # noqa: B023 - called within this iteration
             return v[rank] if isinstance(v, list) else v
 
         out = d._negotiate_should_allow_prefill(

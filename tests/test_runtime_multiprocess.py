@@ -55,7 +55,7 @@ def _conformance_scenario(rank: int, world: int, cases: list[dict[str, Any]]) ->
             clock.t += call.get("advance_s", 0.0)
 
             def arg(name: str) -> Any:
-                v = call.get(name, 0)
+                v = call.get(name, 0)  # noqa: B023 - called within this iteration
                 return v[rank] if isinstance(v, list) else v
 
             res = d._negotiate_should_allow_prefill(
@@ -274,7 +274,7 @@ def test_example_runs_under_torchrun() -> None:
 
 def test_benchmark_script_runs_and_reports_each_world() -> None:
     """A smoke run (few passes): the script must keep working; its numbers are not judged here."""
-    cmd = [sys.executable, "-m", "prefill_delayer.runtime.bench", "--worlds", "1,2", "--passes", "8", "--rounds", "1"]
+    cmd = [sys.executable, "-m", "prefill_delayer.benchmarks.runtime", "--worlds", "1,2", "--passes", "8", "--rounds", "1"]
     returncode, stdout = _run_script(cmd, timeout_s=120)
     assert returncode == 0, stdout
     rows = [line.split() for line in stdout.splitlines() if line.split()[1:2] in (["wall"], ["cpu"])]

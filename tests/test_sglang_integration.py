@@ -371,7 +371,7 @@ def test_dead_peer_through_the_shell() -> None:
 @pytest.mark.multiprocess
 def test_benchmark_script_runs_and_counts_host_reads() -> None:
     """A smoke run (few passes): the script must keep working; its timings are not judged here, its counts are."""
-    done = subprocess.run([sys.executable, "-m", "prefill_delayer.integrations.sglang.bench", "--passes", "8", "--rounds", "1"],
+    done = subprocess.run([sys.executable, "-m", "prefill_delayer.benchmarks.sglang_shell", "--passes", "8", "--rounds", "1"],
                           capture_output=True, text=True, timeout=240, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr
     rows = [line.split() for line in done.stdout.splitlines() if line.split()[:1] in (["wall"], ["cpu"])]

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from prefill_delayer.proofs.cli import build_parser
-from prefill_delayer.proofs.cli import main as cli
+from prefill_delayer.cli import build_parser
+from prefill_delayer.cli import main as cli
 from prefill_delayer.sim.cli import build
-from prefill_delayer.sim import bench
+from prefill_delayer.benchmarks import sim as bench
 
 SMALL = ["simulate", "--dp-size", "2", "--passes", "120", "--max-running-requests", "8", "--chunked-prefill-size", "1024",
          "--workload", "poisson", "--rate", "3", "--prompt-tokens", "200:2000", "--output-tokens", "5:40"]
@@ -138,12 +138,12 @@ def test_argparse_rejects_malformed_numbers(capsys):
 
 def test_command_line_bad_input_has_no_traceback_and_the_cli_imports_no_simulator(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "prefill_delayer.proofs.cli", "simulate", "--workload", "trace", "--trace", _bad_trace(tmp_path)],
+        [sys.executable, "-m", "prefill_delayer.cli", "simulate", "--workload", "trace", "--trace", _bad_trace(tmp_path)],
         capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and ":3: prompt_tokens" in proc.stderr
     probe = (
-        "import sys; import prefill_delayer.proofs.cli as c; c.build_parser(); "
+        "import sys; import prefill_delayer.cli as c; c.build_parser(); "
         "heavy = [m for m in ('matplotlib', 'torch', 'prefill_delayer.sim.engine', 'prefill_delayer.runtime') if m in sys.modules]; "
         "print(heavy)"
     )

@@ -18,19 +18,15 @@ For the same reason this module imports only the standard library at import:
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 import sys
 from dataclasses import dataclass
-from typing import Optional
 
-PROFILE_ENV = "PREFILL_DELAYER_PROFILE"
+from .announce import PROFILE_ENV, announce
+
 INSTALLED = "sglang"  # the value that means: the installed release's own profile
 TARGET_MODULE = "sglang.srt.managers.prefill_delayer"
 TARGETS = ("PrefillDelayer", "PrefillDelayerSinglePassExecutor")
-
-logger = logging.getLogger("prefill_delayer.integrations.sglang")
-
 
 class PluginError(RuntimeError):
     """SGLang is missing, or is a release whose scheduler we have not read."""
@@ -97,7 +93,7 @@ def register() -> None:
             HookRegistry.register(f"{TARGET_MODULE}.{name}", cls, HookType.REPLACE)
     except Exception as err:  # noqa: BLE001 - any failure stops the process: never SGLang's delayer instead
         raise SystemExit(f"prefill-delayer: {PROFILE_ENV}={setting!r}: {err}") from err
-    _announce(choice, "plugin")
+    announce(choice.release, choice.profile, choice.setting, "plugin")
 
 
 def install(profile: str = INSTALLED) -> tuple[type, type]:
@@ -125,39 +121,5 @@ def install(profile: str = INSTALLED) -> tuple[type, type]:
                 continue
             for k in names:
                 setattr(other, k, cls)
-    _announce(choice, "install")
+    announce(choice.release, choice.profile, choice.setting, "install")
     return new
-
-
-# ----- the one line per process ------------------------------------------------------
-
-_announced = False
-_pending: Optional[str] = None
-
-
-def _announce(choice: Choice, how: str) -> None:
-    """Log the line now if logging would show it; else when the first delayer is built.
-
-    A scheduler process loads plugins before it sets up logging, so a line
-    logged then would be lost; the delayer is built after.
-    """
-    global _pending
-    from ...spec.hashing import spec_hash
-
-    if _announced:
-        return
-    _pending = (
-        f"prefill-delayer active ({how}): SGLang {choice.release}'s PrefillDelayer and "
-        f"PrefillDelayerSinglePassExecutor replaced; profile {choice.profile} "
-        f"({PROFILE_ENV if how == 'plugin' else 'install'}={choice.setting}), spec {spec_hash()}"
-    )
-    flush_announcement()
-
-
-def flush_announcement() -> None:
-    """Log the pending line once per process, as soon as logging shows INFO lines (every shell constructor asks)."""
-    global _announced, _pending
-    if _pending is not None and not _announced and logger.isEnabledFor(logging.INFO) and logger.hasHandlers():
-        _announced = True
-        logger.info(_pending)
-        _pending = None

@@ -26,6 +26,7 @@ from ...runtime.gather import GatherFn
 from ...runtime.server_args import ServerArgs as ScheduleView
 from ...spec.errors import PassInputError
 from ...spec.inputs import args_problems
+from .announce import flush_announcement
 
 # The profile whose decisions are SGLang 0.5.22-0.5.23's bit for bit: the default of this API.
 CURRENT_PROFILE = "sglang-0.5.22"
@@ -95,8 +96,6 @@ class ShellDelayer:
         # Both releases' spellings, for the executor's estimate and for code that reads them.
         self.num_dp_ranks = self.dp_size = num_dp_ranks
         self.attn_dp_enabled = self.enable_dp_attention = self._core.enable_dp_attention
-        from .plugin import flush_announcement
-
         flush_announcement()  # the plugin's line, if logging was not set up when it registered
 
     @property

@@ -8,10 +8,9 @@ expectations and the recorded violation happens again.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
-from .trace import load_trace, validate_trace
+from .format import validate_trace
 from .violations import find_violation
 
 
@@ -88,16 +87,3 @@ def replay(trace: dict[str, Any]) -> tuple[bool, list[str]]:
     else:
         lines.append(f"REPRODUCED ({trace['profile']}, {trace['property']}): {found}")
     return (mismatches == 0 and found is not None), lines
-
-
-def main(args: Any) -> int:
-    """Exit 0: reproduced; 1: not reproduced; 2: the trace cannot be read (one line on stderr)."""
-    try:
-        trace = load_trace(args.trace)
-    except ValueError as exc:
-        print(f"cannot read trace {args.trace}: {exc}", file=sys.stderr)
-        return 2
-    ok, lines = replay(trace)
-    print(f"recorded: {trace['violation']}")
-    print("\n".join(lines))
-    return 0 if ok else 1

@@ -1,11 +1,11 @@
 """Benchmark: the SGLang shell against SGLang's own ``PrefillDelayer``, side by side on gloo ranks.
 
-    python -m prefill_delayer.integrations.sglang.bench [--world 2] [--passes 200] [--rounds 15]
+    python -m prefill_delayer.benchmarks.sglang_shell [--world 2] [--passes 200] [--rounds 15]
 
 Needs SGLang installed (``pip install --no-deps sglang==0.5.23`` and the extra
 ``sglang-test``). ``world`` processes join one gloo group on 127.0.0.1, build
 SGLang's runtime context (``cpu_context.publish_context``: DP attention on,
-the queue trigger on) and time, in interleaved rounds as ``runtime.bench`` does:
+the queue trigger on) and time, in interleaved rounds as ``benchmarks.runtime`` does:
 
 * ``bare``: ``torch.distributed.all_gather_single`` of one 9-int row, the floor;
 * ``ours``: one scheduler pass (executor, negotiate, ``finalize(actual_prefill_bs=)``)
@@ -29,7 +29,7 @@ import warnings
 from datetime import timedelta
 from typing import Any, Callable, Optional
 
-from ...runtime.bench import spawn_ranks
+from .runtime import spawn_ranks
 
 ROW = 9
 SCHEDULE = {"prefill_delayer_queue_min_ratio": 0.5, "prefill_delayer_max_delay_ms": None}
@@ -102,8 +102,8 @@ def _worker(rank: int, world: int, port: int, passes: int, rounds: int, queue: A
     try:
         import sglang.srt.managers.prefill_delayer as theirs_mod
 
-        from . import PrefillDelayer, PrefillDelayerSinglePassExecutor
-        from .cpu_context import layout_widths, publish_context
+        from ..integrations.sglang import PrefillDelayer, PrefillDelayerSinglePassExecutor
+        from ..integrations.sglang.cpu_context import layout_widths, publish_context
 
         publish_context(rank, world, layout_widths(world, attn_dp_size=world), SCHEDULE, gloo_timeout_s=60.0)
         group = dist.group.WORLD
@@ -149,7 +149,7 @@ def run(world: int, passes: int, rounds: int, timeout_s: float = 600.0) -> tuple
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m prefill_delayer.integrations.sglang.bench",
+    parser = argparse.ArgumentParser(prog="python -m prefill_delayer.benchmarks.sglang_shell",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--world", type=int, default=2, help="gloo ranks (default 2)")
     parser.add_argument("--passes", type=int, default=200, help="passes per timed block (default 200)")
@@ -162,7 +162,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     except Exception:  # noqa: BLE001 - any reason SGLang is unusable is reported the same way
         print("SGLang is not installed: pip install --no-deps sglang==0.5.23 (and the extra sglang-test)", file=sys.stderr)
         return 2
-    from ...runtime.delayer import CROSSCHECK_ENV
+    from ..runtime.delayer import CROSSCHECK_ENV
 
     if os.environ.pop(CROSSCHECK_ENV, None) is not None:
         print(f"{CROSSCHECK_ENV} unset for the benchmark: it times the production path")

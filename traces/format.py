@@ -1,4 +1,4 @@
-"""Counterexample traces (DESIGN §6): concrete passes from freshly built delayers.
+"""Counterexample traces: concrete passes from freshly built delayers.
 
 ``validate_trace`` is shared by the writer (``prove --traces``) and the reader
 (``replay``), so a trace that can be written can be replayed, and a trace that

@@ -1,11 +1,11 @@
 """Benchmark of the decision log: its cost per pass in the runtime, and check-log's speed.
 
-    python -m prefill_delayer.runtime.bench_log [--passes 4000] [--rounds 15] [--check-passes 5000]
+    python -m prefill_delayer.benchmarks.decision_log [--passes 4000] [--rounds 15] [--check-passes 5000]
 
 1. **Runtime cost.** One rank over the in-process gather
    (``runtime.InProcessGroup``), one scheduler pass per iteration through
    ``PrefillDelayerSinglePassExecutor`` (negotiate + finalize, the inputs of
-   ``runtime.bench``), with the log off and on, in interleaved rounds. The cost
+   ``benchmarks.runtime``), with the log off and on, in interleaved rounds. The cost
    is CPU time of the whole process (``time.process_time``), so the writer
    thread's formatting-free work (join, write, flush) counts too; the figure
    is the median over rounds of (on - off) per pass. Target: <= 10 µs.
@@ -30,11 +30,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .bench import MAX_DELAY_PASSES, SERVER_ARGS, WATERMARK, _inputs
-from .delayer import CROSSCHECK_ENV, PrefillDelayer, PrefillDelayerSinglePassExecutor
-from .example import mixed_workload
-from .inprocess import InProcessGroup, run_ranks
-from .server_args import ServerArgs
+from .runtime import MAX_DELAY_PASSES, SERVER_ARGS, WATERMARK, _inputs
+from ..runtime.delayer import CROSSCHECK_ENV, PrefillDelayer, PrefillDelayerSinglePassExecutor
+from ..runtime.example import mixed_workload
+from ..runtime.inprocess import InProcessGroup, run_ranks
+from ..runtime.server_args import ServerArgs
 
 RUNTIME_TARGET_US = 10.0
 CHECK_TARGET_PER_S = 20_000
@@ -103,7 +103,7 @@ def write_logs(folder: Path, passes: int, world: int = 4, profile: str = "harden
 
 def check_speed(folder: Path) -> tuple[int, int, float, str]:
     """(pass records, violations, CPU seconds, result line) of check-log on ``folder``, pinned to one core."""
-    from ..conformance.cli import run
+    from ..conformance import check_logs as run
 
     pinned = ""
     if hasattr(os, "sched_setaffinity"):
@@ -121,7 +121,7 @@ def check_speed(folder: Path) -> tuple[int, int, float, str]:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m prefill_delayer.runtime.bench_log", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m prefill_delayer.benchmarks.decision_log", description=__doc__.split("\n\n")[0])
     parser.add_argument("--passes", type=int, default=4000, help="passes per timed block (default 4000)")
     parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds; medians are reported (default 15)")
     parser.add_argument("--check-passes", type=int, default=5000, help="passes per rank of the 4-rank log check-log reads (default 5000)")

@@ -1,4 +1,4 @@
-"""Checks of ``prove`` and ``docs`` options that argparse cannot make.
+"""Option checks shared by the subcommands, for what argparse cannot check.
 
 They run before any work starts (no proof, no file written), so a typo costs
 a one-line message instead of minutes of Z3 followed by a traceback. Each
@@ -8,12 +8,11 @@ check returns the message, or ``None`` when the value is fine.
 from __future__ import annotations
 
 import math
-import os
-from pathlib import Path
 from typing import Any, Optional
 
 from ..spec.config import MAX_QUEUE_MIN_RATIO, PARAMETER_BY_NAME, Config
 from ..spec.errors import ConfigError
+from ..files import out_dir_problem, out_file_problem
 from ..spec.profiles import PROFILES, known_profile, resolve_profile
 
 # Z3 takes its timeout as an unsigned 32-bit number of milliseconds.
@@ -25,45 +24,6 @@ def plain(x: float) -> str:
     if isinstance(x, float) and math.isfinite(x) and x.is_integer() and abs(x) < 1e16:
         return str(int(x))
     return str(x)
-
-
-def _nearest_existing(path: Path) -> Path:
-    """``path`` itself or its closest ancestor that exists (``.`` at worst)."""
-    for candidate in (path, *path.parents):
-        if candidate.exists():
-            return candidate
-    return Path(".")
-
-
-def _unusable_folder(where: Path) -> Optional[str]:
-    """Why folder ``where`` (which may not exist yet) cannot be created and written to, after its name."""
-    base = _nearest_existing(where)
-    if not base.is_dir():
-        return "is a file" if base == where else f"is inside {base}, which is a file"
-    if not os.access(base, os.W_OK | os.X_OK):
-        return "is not writable" if base == where else f"would be created in {base}, which is not writable"
-    return None
-
-
-def out_dir_problem(option: str, value: Optional[str]) -> Optional[str]:
-    """``--traces DIR`` / ``--out DIR``: a folder, or one that can be created."""
-    if value is None:
-        return None
-    why = _unusable_folder(Path(value))
-    return None if why is None else f"{option} {value} {why}; expected a folder"
-
-
-def out_file_problem(option: str, value: Optional[str]) -> Optional[str]:
-    """``--json PATH``: not a folder, and its folder exists or can be created."""
-    if not value:
-        return None
-    path = Path(value)
-    if path.is_dir():
-        return f"{option} {value} is a folder; expected a file name"
-    if path.exists() and not os.access(path, os.W_OK):
-        return f"{option} {value} is not writable"
-    why = _unusable_folder(path.parent)
-    return None if why is None else f"{option} {value}: its folder {path.parent} {why}"
 
 
 def positive_int_problem(option: str, value: int, high: Optional[int] = None) -> Optional[str]:

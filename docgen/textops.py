@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable, Optional, Union
 from ..spec import guards as guards_module
 from ..spec.glossary import ARG, CONFIG, LOCAL, SYMBOLS, VIEW
 from ..spec.profiles import features_of
-from .operators import Operators
+from ..fsm.operators import Operators
 
 # Binding strength, loosest first (as in Python).
 IFEXP, OR, AND, NOT, CMP, ADD, MUL, UNARY, ATOM = range(9)

@@ -1,6 +1,6 @@
 """Benchmark: µs per pass of the bare collective, this runtime, and the seed, over real gloo ranks.
 
-    python -m prefill_delayer.runtime.bench [--worlds 1,2,4] [--passes 200] [--rounds 15]
+    python -m prefill_delayer.benchmarks.runtime [--worlds 1,2,4] [--passes 200] [--rounds 15]
 
 For each world size, that many processes join a gloo group on 127.0.0.1 and
 time, in interleaved rounds (so drift hits all three alike):
@@ -33,7 +33,7 @@ import warnings
 from datetime import timedelta
 from typing import Any, Callable, Optional
 
-from .server_args import ServerArgs
+from ..runtime.server_args import ServerArgs
 
 ROW = 9
 # Per runner ("bare", "ours", "seed"), one (wall, CPU) µs-per-pass pair per round.
@@ -67,7 +67,7 @@ def _pass(executor_cls: Any, delayer: Any, world: int, rank: int, k: int) -> Non
 
 def _seed_delayer(world: int, group: Any) -> tuple[Any, Any]:
     """``(module, PrefillDelayer)`` of the seed release, gathering over ``group``."""
-    from ._upstream import SEED_RELEASE, release_delayer
+    from ..runtime._upstream import SEED_RELEASE, release_delayer
 
     return release_delayer(
         SEED_RELEASE, group=group, server_args=ServerArgs(**SERVER_ARGS), dp_size=world, attn_tp_size=1,
@@ -76,7 +76,7 @@ def _seed_delayer(world: int, group: Any) -> tuple[Any, Any]:
 
 
 def _our_delayer(world: int, group: Any, gather: Any = None) -> Any:
-    from .delayer import PrefillDelayer
+    from ..runtime.delayer import PrefillDelayer
 
     return PrefillDelayer(world, 1, group, ServerArgs(**SERVER_ARGS), MAX_DELAY_PASSES, WATERMARK, gather=gather)
 
@@ -98,7 +98,7 @@ def _worker(rank: int, world: int, port: int, passes: int, rounds: int, with_see
     import torch
     import torch.distributed as dist
 
-    from .delayer import PrefillDelayerSinglePassExecutor
+    from ..runtime.delayer import PrefillDelayerSinglePassExecutor
 
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=timedelta(seconds=60))
@@ -161,7 +161,7 @@ def spawn_ranks(worker: Callable[..., None], world: int, args: tuple, timeout_s:
             except Exception:
                 dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
                 if dead:
-                    raise RuntimeError(f"world {world}: ranks {dead} exited with {[procs[r].exitcode for r in dead]}")
+                    raise RuntimeError(f"world {world}: ranks {dead} exited with {[procs[r].exitcode for r in dead]}") from None
         for p in procs:
             p.join(10)
     finally:
@@ -197,7 +197,7 @@ def run_local(passes: int, rounds: int, with_seed: bool) -> Timings:
     warnings.filterwarnings("ignore", message=r".*NumPy.*")
     import torch
 
-    from .delayer import PrefillDelayerSinglePassExecutor
+    from ..runtime.delayer import PrefillDelayerSinglePassExecutor
 
     ours = _our_delayer(1, None, gather=lambda row: [list(row)])
     runners: dict[str, Callable[[int], None]] = {"ours": lambda k: _pass(PrefillDelayerSinglePassExecutor, ours, 1, 0, k)}
@@ -227,14 +227,14 @@ def run_local(passes: int, rounds: int, with_seed: bool) -> Timings:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m prefill_delayer.runtime.bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m prefill_delayer.benchmarks.runtime", description=__doc__.split("\n\n")[0])
     parser.add_argument("--worlds", default="1,2,4", help="comma-separated world sizes (default 1,2,4)")
     parser.add_argument("--passes", type=int, default=200, help="passes per timed block (default 200)")
     parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds; medians are reported (default 15)")
     parser.add_argument("--no-seed", action="store_true", help="skip the seed even when it is found")
     args = parser.parse_args(argv)
-    from ._upstream import SEED_RELEASE, ReleaseUnavailable, release_source
-    from .delayer import CROSSCHECK_ENV
+    from ..runtime._upstream import SEED_RELEASE, ReleaseUnavailable, release_source
+    from ..runtime.delayer import CROSSCHECK_ENV
 
     if os.environ.pop(CROSSCHECK_ENV, None) is not None:  # the ranks inherit the environment
         print(f"{CROSSCHECK_ENV} unset for the benchmark: it times the production path")

@@ -1,6 +1,6 @@
 """Benchmark: simulated passes per second, per profile and per in-process gather.
 
-    python -m prefill_delayer.sim.bench [--passes 10000] [--dp-size 8] [--gather lockstep,threads]
+    python -m prefill_delayer.benchmarks.sim [--passes 10000] [--dp-size 8] [--gather lockstep,threads]
 
 Two workloads: the #35241 scenario (closed-loop long prompts, ranks drifted,
 most passes prefill), and a saturated Poisson load (128 running requests per
@@ -18,9 +18,9 @@ import time
 
 from ..runtime.delayer import CROSSCHECK_ENV
 from ..spec.profiles import PROFILES
-from .config import GATHERS, SimConfig, Variant
-from .engine import run_variant
-from .workload import Lengths, LongPrompt, Poisson
+from ..sim.config import GATHERS, SimConfig, Variant
+from ..sim.engine import run_variant
+from ..sim.workload import Lengths, LongPrompt, Poisson
 
 TARGET_S = 20.0
 TARGET_PASSES = 10_000
@@ -36,7 +36,7 @@ def workloads(dp_size: int) -> dict[str, object]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m prefill_delayer.sim.bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m prefill_delayer.benchmarks.sim", description=__doc__.split("\n\n")[0])
     p.add_argument("--passes", type=int, default=TARGET_PASSES)
     p.add_argument("--dp-size", type=int, default=8)
     p.add_argument("--gather", default=",".join(GATHERS), help="comma list of: " + ", ".join(GATHERS))

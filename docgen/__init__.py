@@ -5,7 +5,7 @@ events, reasons and effects from ``spec.table``; the Mermaid diagrams from
 ``transitions``' own Mermaid engine, run on a ``GraphMachine`` that
 ``fsm.machine.add_table`` fills from the table (the same function that builds
 the runtime's machine); the guard formulas by evaluating each guard's
-definition with ``TextOps`` (``fsm/textops.py``); the profile changes from
+definition with ``TextOps`` (``docgen/textops.py``); the profile changes from
 ``spec.profiles``; invariants from ``spec.invariants``; parameters from
 ``spec.config.PARAMETERS``; the stamp from ``spec.hashing.spec_hash``. The
 output is deterministic: no dates, and every list is in table or definition
@@ -35,8 +35,8 @@ from ..spec import config as config_module
 from ..spec import hashing, invariants, profiles, table
 from ..proofs import families
 from ..spec.glossary import ARG, CONFIG, LOCAL, SYMBOLS, VIEW
-from .machine import add_table
-from .step import INITIAL_STATE
+from ..fsm.machine import add_table
+from ..fsm.step import INITIAL_STATE
 from .textops import TEXT, UNDOCUMENTED, Expr, Leaf, Renderer, Tree, flag_shown, guard_functions
 
 DOC_NAME = "transitions.md"
@@ -404,7 +404,7 @@ def generate() -> str:
         f"Generated from the spec (`spec/`, spec hash `{h}`) and from the `transitions` state machine that "
         "`fsm.machine.add_table` builds from the spec's table. Every state, event, guard, reason, effect, "
         "invariant, profile, release and parameter below is read from the code; each guard's formula is obtained "
-        "by evaluating the guard's own definition on symbolic inputs (`fsm/textops.py`). Regenerate with "
+        "by evaluating the guard's own definition on symbolic inputs (`docgen/textops.py`). Regenerate with "
         "`prefill-delayer docs`; `prefill-delayer docs --check` fails when this page is stale."
     )
     add("")
@@ -615,13 +615,3 @@ def check(out_dir: Path) -> int:
     if status == 0:
         print(f"{doc} and {picture} are up to date (spec {hashing.spec_hash()})")
     return status
-
-
-def main(args: Any) -> int:
-    """``prefill-delayer docs [--check] [--out DIR]``: exit 2 with one line, not a traceback, when the folder is unusable."""
-    try:
-        out_dir = Path(args.out) if getattr(args, "out", None) else repo_docs_dir()
-        return check(out_dir) if getattr(args, "check", False) else write(out_dir)
-    except (DocsError, OSError, UnicodeDecodeError) as exc:
-        print(f"prefill-delayer docs: {exc}", file=sys.stderr)
-        return 2

@@ -1,0 +1,7 @@
+"""``python -m prefill_delayer.cli``: the same as the ``prefill-delayer`` command."""
+
+import sys
+
+from .main import main
+
+sys.exit(main())

@@ -1,0 +1,90 @@
+"""``prefill-delayer prove``: run the catalogue, print the matrix, write the report and traces."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from ..spec.hashing import spec_hash
+from ..spec.invariants import PROVED, UNKNOWN
+from ..spec.profiles import PROFILES, resolve_profile
+from .checks import prove_problem
+
+
+def add_arguments(prove: argparse.ArgumentParser) -> None:
+    prove.add_argument(
+        "--profile",
+        action="append",
+        metavar="NAME",
+        help=f"profile to check: {', '.join(PROFILES)}, or sglang-X for a release X (repeatable; default: all {len(PROFILES)})",
+    )
+    prove.add_argument("--json", metavar="PATH", help="write the JSON report here")
+    prove.add_argument("--traces", metavar="DIR", help="write counterexample traces into DIR")
+    prove.add_argument("--timeout-ms", type=int, default=20000, help="Z3 timeout per query (default 20000)")
+    prove.add_argument("--queue-min-ratio", type=float, default=None, metavar="R", help="prove at your deployment's queue ratio only (its double rounding exact); default: every ratio at once")
+    prove.add_argument("--dp-size", type=int, default=None, metavar="N", help="prove at one dp_size for the layouts without DP attention; default: every dp_size at once")
+    prove.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="processes, one per profile (default: up to 2)")
+
+
+options_problem = prove_problem
+
+
+def format_matrix(results: Sequence[Any]) -> str:
+    """Properties x profiles; each cell the status, with ``!`` and the expected one where they differ."""
+    props = list(dict.fromkeys(r.property for r in results))
+    profs = list(dict.fromkeys(r.profile for r in results))
+    cell = {(r.property, r.profile): r for r in results}
+
+    def text(r: Optional[Any]) -> str:
+        if r is None:
+            return "-"
+        return r.status if r.ok else f"{r.status}! (expected {r.expected})"
+
+    rows = [("property", *profs)] + [(prop, *(text(cell.get((prop, p))) for p in profs)) for prop in props]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def main(args: Any) -> int:
+    from ..proofs.families import Scope, scope_line
+    from ..proofs.prove import PROVE_SCOPE, run_parallel
+    from ..traces.format import write_trace
+
+    profiles = tuple(dict.fromkeys(resolve_profile(p) for p in args.profile)) if args.profile else PROFILES
+    t0 = time.perf_counter()
+    scope = Scope(
+        queue_ratio=PROVE_SCOPE.queue_ratio if args.queue_min_ratio is None else float(args.queue_min_ratio),
+        dp_size=args.dp_size,
+    )
+    results = run_parallel(profiles, args.timeout_ms, args.jobs, scope)
+    total = time.perf_counter() - t0
+    if args.traces:
+        for r in results:
+            if r.trace is not None:
+                r.trace_path = str(write_trace(r.trace, args.traces))
+    print(format_matrix(results))
+    layouts = all(r.ok and r.status == PROVED for r in results if r.property == "aggregate-view")
+    print(f"\nspec {spec_hash()}; {len(results)} checks in {total:.2f} s wall")
+    print(scope_line(profiles, scope, layouts))
+    for r in results:
+        if r.trace is not None:
+            where = f" -> {r.trace_path}" if r.trace_path else ""
+            print(f"{r.profile} {r.property}: {r.trace['violation']}{where}")
+    for r in results:
+        if r.status == UNKNOWN:
+            print(f"{r.profile} {r.property}: {r.note}")
+    if args.json:
+        report = {"spec_hash": spec_hash(), "seconds": round(total, 3), "results": [r.as_json() for r in results]}
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+    bad = [r for r in results if not r.ok]
+    if bad:
+        print("\nFAILED: " + ", ".join(f"{r.profile}/{r.property} is {r.status}, expected {r.expected}" for r in bad))
+        return 1
+    return 0
