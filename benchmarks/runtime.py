@@ -10,7 +10,7 @@ time, in interleaved rounds (so drift hits all three alike):
 * ``ours``: one scheduler pass through ``PrefillDelayerSinglePassExecutor``
   (negotiate + finalize) of this runtime;
 * ``seed``: the same pass through the classes of SGLang's seed release
-  (``spec.profiles.SEED_RELEASE``), fetched once from the package registry and
+  (``SEED_RELEASE`` of the delayer policy), fetched once from the package registry and
   run with stubs for its sglang imports (``runtime._upstream``), when available.
 
 Both delayers see the same inputs (a rotating mix of none / mixed / all /
@@ -67,7 +67,7 @@ def _pass(executor_cls: Any, delayer: Any, world: int, rank: int, k: int) -> Non
 
 def _seed_delayer(world: int, group: Any) -> tuple[Any, Any]:
     """``(module, PrefillDelayer)`` of the seed release, gathering over ``group``."""
-    from ..runtime._upstream import SEED_RELEASE, release_delayer
+    from ..integrations.sglang.upstream import SEED_RELEASE, release_delayer
 
     return release_delayer(
         SEED_RELEASE, group=group, server_args=ServerArgs(**SERVER_ARGS), dp_size=world, attn_tp_size=1,
@@ -233,7 +233,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds; medians are reported (default 15)")
     parser.add_argument("--no-seed", action="store_true", help="skip the seed even when it is found")
     args = parser.parse_args(argv)
-    from ..runtime._upstream import SEED_RELEASE, ReleaseUnavailable, release_source
+    from ..integrations.sglang.upstream import SEED_RELEASE, ReleaseUnavailable, release_source
     from ..runtime.delayer import CROSSCHECK_ENV
 
     if os.environ.pop(CROSSCHECK_ENV, None) is not None:  # the ranks inherit the environment

@@ -17,7 +17,7 @@ import sys
 import time
 
 from ..runtime.delayer import CROSSCHECK_ENV
-from ..spec.profiles import PROFILES
+from ..sim.options import SIMULATED as PROFILES
 from ..sim.config import GATHERS, SimConfig, Variant
 from ..sim.engine import run_variant
 from ..sim.workload import Lengths, LongPrompt, Poisson

@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from ..spec.config import MAX_QUEUE_MIN_RATIO, PARAMETER_BY_NAME, Config
-from ..spec.errors import ConfigError
 from ..files import out_dir_problem, out_file_problem
-from ..spec.profiles import PROFILES, known_profile, resolve_profile
+from ..spec.config import MAX_WORLD_SIZE
+from ..spec.errors import ConfigError
+from ..spec.registry import all_profiles, known_profile, policies, policy_of, resolve_profile
 
 # Z3 takes its timeout as an unsigned 32-bit number of milliseconds.
 MAX_TIMEOUT_MS = 2**32 - 1
@@ -33,23 +33,34 @@ def positive_int_problem(option: str, value: int, high: Optional[int] = None) ->
     return f"{option} must be {wanted}, got {value}"
 
 
-def queue_ratio_problem(value: Optional[float]) -> Optional[str]:
-    """The range ``Config`` accepts for queue_min_ratio; None (the option not given) means every ratio."""
-    if value is None or PARAMETER_BY_NAME["queue_min_ratio"].check(value):
+def scope_options() -> list[Any]:
+    """Every policy's ``prove`` options that pin a parameter, once each (by option name)."""
+    seen: dict[str, Any] = {}
+    for pol in policies():
+        for opt in pol.proof.scope_options:
+            seen.setdefault(opt.option, (pol, opt))
+    return list(seen.values())
+
+
+def scope_option_problem(pol: Any, opt: Any, value: Any) -> Optional[str]:
+    """A pinned value the policy's parameter check accepts; None (the option not given) means every value."""
+    param = next(p for p in pol.params if p.name == opt.param)
+    if value is None or (param.check(value) and value is not None):
         return None
-    return f"--queue-min-ratio must be a number in (0, {plain(MAX_QUEUE_MIN_RATIO)}], got {plain(value)}"
+    return f"{opt.option} must be {opt.wanted}, got {plain(value)}"
 
 
 def dp_size_problem(value: Optional[int]) -> Optional[str]:
     """None (the option not given) means every dp_size."""
-    param = PARAMETER_BY_NAME["dp_size"]
-    return None if value is None or param.check(value) else f"--dp-size must be an {param.valid}, got {value}"
+    if value is None or (isinstance(value, int) and 1 <= value <= MAX_WORLD_SIZE):
+        return None
+    return f"--dp-size must be an integer in [1, {MAX_WORLD_SIZE}], got {value}"
 
 
 def profiles_or_problem(names: Optional[list[str]]) -> tuple[list[str], Optional[str]]:
     """The canonical profiles to prove (default: all of them), or the message for an unknown name."""
     if not names:
-        return list(PROFILES), None
+        return list(all_profiles()), None
     for name in names:
         if not known_profile(name):
             try:
@@ -59,24 +70,44 @@ def profiles_or_problem(names: Optional[list[str]]) -> tuple[list[str], Optional
     return list(dict.fromkeys(resolve_profile(n) for n in names)), None
 
 
+def option_dest(option: str) -> str:
+    return option.lstrip("-").replace("-", "_")
+
+
+def prove_options(args: Any) -> dict[str, Any]:
+    """``prove``'s scope options as the policies' ``scope_of`` takes them (empty: every value)."""
+    options: dict[str, Any] = {}
+    if args.dp_size is not None:
+        options["dp_size"] = args.dp_size
+    for _, opt in scope_options():
+        value = getattr(args, option_dest(opt.option))
+        if value is not None:
+            options[opt.param] = opt.type(value)
+    return options
+
+
 def prove_problem(args: Any) -> Optional[str]:
     """The first bad ``prove`` option; fills ``args.profile`` with canonical names when all are fine."""
     profiles, problem = profiles_or_problem(args.profile)
-    checks = (
+    checks = [
         problem,
         positive_int_problem("--timeout-ms", args.timeout_ms, MAX_TIMEOUT_MS),
         positive_int_problem("--jobs", args.jobs),
-        queue_ratio_problem(args.queue_min_ratio),
+        *(scope_option_problem(pol, opt, getattr(args, option_dest(opt.option))) for pol, opt in scope_options()),
         dp_size_problem(args.dp_size),
         out_file_problem("--json", args.json),
         out_dir_problem("--traces", args.traces),
-    )
+    ]
     first = next((c for c in checks if c is not None), None)
     if first is None:
-        try:  # the layout prove starts from; any cross-field rule of Config, with its own message
-            Config(dp_size=args.dp_size or 1, queue_min_ratio=args.queue_min_ratio)
-        except ConfigError as exc:
-            return str(exc)
+        # The layout prove starts from; any cross-field rule of each policy's configuration, with its own message.
+        for pol in {policy_of(p).name: policy_of(p) for p in profiles}.values():
+            try:
+                pol.config_cls(dp_size=args.dp_size or 1, profile=pol.default_profile,
+                               **{opt.param: getattr(args, option_dest(opt.option)) for opt in pol.proof.scope_options
+                                  if getattr(args, option_dest(opt.option)) is not None})
+            except ConfigError as exc:
+                return str(exc)
         args.profile = profiles
     return first
 

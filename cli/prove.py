@@ -10,22 +10,24 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ..spec.hashing import spec_hash
-from ..spec.invariants import PROVED, UNKNOWN
-from ..spec.profiles import PROFILES, resolve_profile
-from .checks import prove_problem
+from ..spec.policy import PROVED, UNKNOWN
+from ..spec.registry import all_profiles, resolve_profile
+from .checks import prove_options, prove_problem, scope_options
 
 
 def add_arguments(prove: argparse.ArgumentParser) -> None:
+    profiles = all_profiles()
     prove.add_argument(
         "--profile",
         action="append",
         metavar="NAME",
-        help=f"profile to check: {', '.join(PROFILES)}, or sglang-X for a release X (repeatable; default: all {len(PROFILES)})",
+        help=f"profile to check: {', '.join(profiles)}, or sglang-X for a release X (repeatable; default: all {len(profiles)})",
     )
     prove.add_argument("--json", metavar="PATH", help="write the JSON report here")
     prove.add_argument("--traces", metavar="DIR", help="write counterexample traces into DIR")
     prove.add_argument("--timeout-ms", type=int, default=20000, help="Z3 timeout per query (default 20000)")
-    prove.add_argument("--queue-min-ratio", type=float, default=None, metavar="R", help="prove at your deployment's queue ratio only (its double rounding exact); default: every ratio at once")
+    for _, opt in scope_options():
+        prove.add_argument(opt.option, type=opt.type, default=None, metavar=opt.param.split("_")[-1][0].upper(), help=opt.help)
     prove.add_argument("--dp-size", type=int, default=None, metavar="N", help="prove at one dp_size for the layouts without DP attention; default: every dp_size at once")
     prove.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="processes, one per profile (default: up to 2)")
 
@@ -52,17 +54,14 @@ def format_matrix(results: Sequence[Any]) -> str:
 
 
 def main(args: Any) -> int:
-    from ..proofs.families import Scope, scope_line
-    from ..proofs.prove import PROVE_SCOPE, run_parallel
+    from ..proofs.prove import run_parallel
+    from ..proofs.scope import scope_line
     from ..traces.format import write_trace
 
-    profiles = tuple(dict.fromkeys(resolve_profile(p) for p in args.profile)) if args.profile else PROFILES
+    profiles = tuple(dict.fromkeys(resolve_profile(p) for p in args.profile)) if args.profile else all_profiles()
     t0 = time.perf_counter()
-    scope = Scope(
-        queue_ratio=PROVE_SCOPE.queue_ratio if args.queue_min_ratio is None else float(args.queue_min_ratio),
-        dp_size=args.dp_size,
-    )
-    results = run_parallel(profiles, args.timeout_ms, args.jobs, scope)
+    options = prove_options(args)
+    results = run_parallel(profiles, args.timeout_ms, args.jobs, options)
     total = time.perf_counter() - t0
     if args.traces:
         for r in results:
@@ -71,7 +70,7 @@ def main(args: Any) -> int:
     print(format_matrix(results))
     layouts = all(r.ok and r.status == PROVED for r in results if r.property == "aggregate-view")
     print(f"\nspec {spec_hash()}; {len(results)} checks in {total:.2f} s wall")
-    print(scope_line(profiles, scope, layouts))
+    print(scope_line(profiles, options, layouts))
     for r in results:
         if r.trace is not None:
             where = f" -> {r.trace_path}" if r.trace_path else ""

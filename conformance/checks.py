@@ -2,21 +2,21 @@
 
 * **Conformance.** Every logged pass is re-fired through the ``transitions``
   machine (``fsm.DelayerMachine``, restored to the logged state before; the
-  view from ``spec.view.gathered_view``, the local readings from
-  ``fsm.local_for``), never through the compiled step the runtime uses, so the
+  view from the policy's ``gathered_view``, the local readings from its
+  ``local_for``), never through the compiled step the runtime uses, so the
   check is an independent path. A different decision or next state is a
-  divergence; so is a rank's own row that the spec's ``local_row`` would not
-  have sent (its force or timeout flag), a state before a pass that the
-  previous pass did not leave, and rows carrying an error or a foreign
-  fingerprint on a pass that succeeded.
+  divergence; so is a rank's own row that the policy's ``local_row`` would not
+  have sent for its logged readings, a state before a pass that the previous
+  pass did not leave, and rows carrying an error or a foreign fingerprint on a
+  pass that succeeded.
 * **Agreement.** Passes logged by several ranks of one run: any rank whose
   decision or next state differs from another's (``agreement``, or
-  ``agreement-equal-args`` when every rank passed the same
-  ``max_running_requests``), and ranks that logged different gathered rows.
-* **Invariants**, named as ``spec.invariants``: ``bounded-delay``,
-  ``mixed-bounded-delay``, ``force-allow``, ``none-allows``,
-  ``wait-accounting`` (count and seconds, from the logged clocks) per rank,
-  ``joint-progress`` across ranks.
+  ``agreement-equal-args`` when every rank passed the same local inputs), and
+  ranks that logged different gathered rows.
+* **Invariants**: the policy's monitors (``spec.monitors``), the same
+  definitions ``prove`` and ``replay`` read: per rank the pass rules, run
+  bounds and run reports (with the logged clocks); across ranks the group run
+  bounds.
 
 Gaps (passes missing from a log) are reported and never guessed over: a delay
 run or a wait cut by a gap is not judged, and cross-rank checks use only the
@@ -29,13 +29,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
-from ..fsm import INITIAL_STATE, DelayerMachine, Decision, State, finalize, local_for
+from ..fsm import DelayerMachine, Step
 from ..runtime.decision_log import build_spec_hash
+from ..runtime.envelope import Envelope
 from ..spec.config import Config
-from ..spec.inputs import PassInput
-from ..spec.invariants import BY_ID, REFUTED
+from ..spec.monitors import Agreement, GroupRunBound, PassRule, RunBound, RunReport
 from ..spec.ops import PY
-from ..spec.view import F_ERROR, F_FINGERPRINT, ROW_LEN, gathered_view, local_row
+from ..spec.policy import REFUTED
 from .logread import LogError, PassRec, RankLog
 
 CONFORMANCE, AGREEMENT, INVARIANT = "conformance", "agreement", "invariant"
@@ -196,42 +196,63 @@ def build_sessions(logs: list[RankLog], own_profile: bool) -> tuple[list[Session
 # ----- one rank -------------------------------------------------------------------------------
 
 
-def _fields_differ(got: Decision, want: Decision) -> str:
+def _fields_differ(got: Any, want: Any) -> str:
     parts = [f"{name} {getattr(got, name)!r} (spec: {getattr(want, name)!r})"
-             for name in Decision._fields[1:] if getattr(got, name) != getattr(want, name)]
+             for name in type(got)._fields[1:] if getattr(got, name) != getattr(want, name)]
     return ", ".join(parts)
 
 
-def _state_differs(got: State, want: State) -> str:
+def _state_differs(got: Any, want: Any) -> str:
     return ", ".join(f"{name} {getattr(got, name)!r} (spec: {getattr(want, name)!r})"
-                     for name in State._fields if getattr(got, name) != getattr(want, name))
+                     for name in type(got)._fields if getattr(got, name) != getattr(want, name))
 
 
-def _known(profile: str, prop: str) -> bool:
-    inv = BY_ID.get(prop)
+def _known(profile: str, prop: str, policy: Any) -> bool:
+    inv = policy.invariant(prop)
     return inv is not None and inv.expected.get(profile) == REFUTED
+
+
+class _Run:
+    """A run monitor's progress over one rank's passes: its length, where it began, whether its start is known."""
+
+    __slots__ = ("mon", "limit", "run", "first", "known", "finding")
+
+    def __init__(self, mon: RunBound, limit: int) -> None:
+        self.mon, self.limit = mon, limit
+        self.run, self.first, self.known, self.finding = 0, None, False, None
+
+    def reset(self, known: bool) -> None:
+        self.run, self.first, self.known, self.finding = 0, None, known, None
 
 
 class _RankChecker:
     """Walks one rank's passes once: conformance, per-rank invariants and the summary's counts."""
 
-    def __init__(self, report: Report, session: Session, log: RankLog, machine: DelayerMachine) -> None:
-        self.report, self.session, self.log, self.machine = report, session, log, machine
+    def __init__(self, report: Report, session: Session, log: RankLog, machine: DelayerMachine, step: Step) -> None:
+        self.report, self.session, self.log, self.machine, self.step = report, session, log, machine, step
         self.c = session.config
+        self.policy = self.c.policy
         self.stats = report.stats[(session.index, log.rank)] = LogStats()
-        self.bound = max(self.c.max_delay_passes - 1, 0)
+        self.envelope = Envelope(self.c)
 
     def finding(self, category: str, prop: str, rec: PassRec, message: str, first: Optional[int] = None) -> Finding:
         f = Finding(category, prop, self.session.index, rec.number, [self.log.rank],
                     f"rank {self.log.rank} pass {rec.number}: {message}", [self.log.where(rec.fi, rec.line)], first,
-                    _known(self.c.profile, prop))
+                    _known(self.c.profile, prop, self.policy))
         self.report.add(f)
         return f
 
     def run(self) -> None:
-        log, c, st, machine, report = self.log, self.c, self.stats, self.machine, self.report
-        fp, world, gr, bound = log.fingerprint, c.world_size, log.group_rank, self.bound
-        flat_len = world * ROW_LEN
+        log, c, st, machine, report, step, policy = self.log, self.c, self.stats, self.machine, self.report, self.step, self.policy
+        env = self.envelope
+        fp, world, gr = log.fingerprint, c.world_size, log.group_rank
+        n, k = env.row_len, env.n_policy
+        flat_len = world * n
+        schema = policy.log
+        mixed_of = schema.mixed
+        rules = [inv.check for inv in policy.invariants if isinstance(inv.check, PassRule)]
+        runs = [_Run(inv.check, inv.check.limit(PY, c)) for inv in policy.invariants if isinstance(inv.check, RunBound)]
+        report_mon = next((inv.check for inv in policy.invariants if isinstance(inv.check, RunReport)), None)
         sets = _sets_by_pass(log)
         st.failed.update(f.error for f in log.fails)
         st.sets = len(log.sets)
@@ -240,46 +261,52 @@ class _RankChecker:
         if passes:
             st.first, st.last = passes[0].number, passes[-1].number
         prev: Optional[PassRec] = None
-        run = mixed_run = 0  # consecutive delays so far; of them, consecutive mixed ones
-        run_first: Optional[PassRec] = None
-        run_known = bool(passes) and passes[0].number == 1  # the run's start is in the log
-        long_run: Optional[Finding] = None
+        hold = 0  # consecutive passes that do not allow: the summary's hold runs
+        hold_first: Optional[PassRec] = None
+        hold_known = bool(passes) and passes[0].number == 1  # the run's start is in the log
+        for r in runs:
+            r.reset(hold_known)
         restore, negotiate = machine.restore, machine.negotiate
+        zeros = [0] * k
         for rec in passes:
-            number, now, tu, mrr, flat, before, dec = rec[:7]
+            number, now, readings, flat, before, dec = rec[:6]
             # -- continuity: the state this pass starts from is what the previous one left
             if prev is not None and prev.number + 1 == number:
-                want_before = _apply_sets(finalize(prev.decision.next_state), sets.get(prev.number))
+                want_before = _apply_sets(step.finalize(prev.decision.next_state), sets.get(prev.number))
                 if before != want_before:
                     self.finding(CONFORMANCE, "continuity", rec, "starts from a state the previous pass did not "
                                  f"leave: {_state_differs(before, want_before)}")
             elif prev is None and number == 1:
-                want_before = _apply_sets(INITIAL_STATE, sets.get(0))
+                want_before = _apply_sets(policy.init, sets.get(0))
                 if before != want_before:
                     self.finding(CONFORMANCE, "continuity", rec, f"the first pass does not start from a fresh delayer's "
                                  f"state: {_state_differs(before, want_before)}")
             else:
                 if prev is not None:
                     st.gaps.append((prev.number + 1, number - 1))
-                if run:
+                if hold:
                     st.cut_runs += 1
-                run, mixed_run, run_first, run_known, long_run = 0, 0, None, False, None
+                hold, hold_first, hold_known = 0, None, False
+                for r in runs:
+                    r.reset(False)
             prev = rec
             # -- the rows: a successful pass carries no error and one fingerprint
-            rows = [flat[i:i + ROW_LEN] for i in range(0, flat_len, ROW_LEN)]
-            if flat[F_FINGERPRINT::ROW_LEN].count(fp) != world or any(flat[F_ERROR::ROW_LEN]):
+            if flat[env.f_fingerprint::n].count(fp) != world or any(flat[env.f_error::n]):
                 self.finding(CONFORMANCE, "row", rec, "the pass succeeded on rows that carry an input error or "
                              "another configuration's fingerprint (the runtime must have refused it)")
-            view = gathered_view(PY, c, rows)
+            rows = [flat[i:i + k] for i in range(0, flat_len, n)]
+            view = step.view(rows)
             # -- re-fire through the transitions machine
             try:
-                local = local_for(before, now, mrr)
+                own = rows[gr] if gr is not None else zeros
+                inp = schema.inputs_from_row(own, readings)
+                local = step.local(before, now, inp)
                 if gr is not None:
-                    own = rows[gr]
-                    want_row = local_row(PY, c, PassInput(bool(own[0]), tu, own[2], own[3], mrr, own[4]), local)
-                    if own[:7] != want_row:
-                        self.finding(CONFORMANCE, "row", rec, f"this rank sent {own[:7]} but the spec's local_row gives "
-                                     f"{want_row} for its logged readings (token_usage {tu!r}, clock {now!r}, mrr {mrr})")
+                    want_row = policy.local_row(PY, c, inp, local)
+                    if list(own) != want_row:
+                        shown = ", ".join(f"{name} {readings[key]!r}" for name, key in schema.readings)
+                        self.finding(CONFORMANCE, "row", rec, f"this rank sent {list(own)} but the spec's local_row gives "
+                                     f"{want_row} for its logged readings ({shown}, clock {now!r})")
                 restore(before)
                 want = negotiate(view, local)
             except (AssertionError, ValueError) as exc:
@@ -292,87 +319,94 @@ class _RankChecker:
                     self.finding(CONFORMANCE, "next-state", rec, f"logged next state differs from the spec's: "
                                  f"{_state_differs(dec.next_state, want.next_state)}")
             # -- invariants and counts
-            allow = dec[2]
-            mixed = dec[1] == "mixed"
-            st.reasons[dec[3]] += 1
+            allow = dec.output_allow
+            mixed = bool(mixed_of(view, dec)) if mixed_of is not None else False
+            st.reasons[dec.output_reason] += 1
             st.mixed += mixed
-            if view.num_force > 0 and not (allow and dec[3] == "token_watermark"):
-                self.finding(INVARIANT, "force-allow", rec, f"{view.num_force} counted rank(s) are prefillable below the "
-                             f"token watermark, yet the pass decides allow={allow} reason={dec[3]!r}")
-            if view.num_prefillable == 0 and not allow:
-                self.finding(INVARIANT, "none-allows", rec, "no counted rank is prefillable, yet the pass delays")
+            for rule in rules:
+                if rule.premise(PY, c, view, dec) and not rule.claim(PY, c, view, dec):
+                    self.finding(INVARIANT, rule.id, rec, rule.explain(view, dec))
+            for r in runs:
+                if r.mon.counts(PY, c, view, dec):
+                    r.run += 1
+                    if r.run == 1:
+                        r.first = rec
+                    start = r.first.number if r.first is not None else number
+                    if r.run == r.limit + 1:
+                        r.finding = self.finding(INVARIANT, r.mon.id, rec, r.mon.log_text.format(
+                            run=r.run, start=start, end=number, limit=r.limit), start)
+                    elif r.finding is not None and r.mon.log_text_done is not None:
+                        r.finding.message = f"rank {log.rank} pass {r.finding.pass_number}: " + r.mon.log_text_done.format(
+                            run=r.run, start=r.finding.first_pass, end=number, limit=r.limit)
+                else:
+                    r.reset(True)
             if not allow:
-                run += 1
-                mixed_run = mixed_run + 1 if mixed else 0
-                if run == 1:
-                    run_first = rec
-                if run == bound + 1:
-                    start = run_first.number if run_first is not None else number
-                    long_run = self.finding(INVARIANT, "bounded-delay", rec, f"delays {run}+ consecutive passes "
-                                            f"(from pass {start}), more than max(max_delay_passes - 1, 0) = {bound}", start)
-                elif long_run is not None:
-                    long_run.message = (f"rank {log.rank} pass {long_run.pass_number}: delays {run} consecutive passes "
-                                        f"(passes {long_run.first_pass}..{number}), more than max(max_delay_passes - 1, 0) = {bound}")
-                if mixed_run == bound + 1:
-                    self.finding(INVARIANT, "mixed-bounded-delay", rec, f"delays {mixed_run} consecutive mixed passes "
-                                 f"(from pass {number - mixed_run + 1}), more than {bound}", number - mixed_run + 1)
+                hold += 1
+                if hold == 1:
+                    hold_first = rec
                 continue
             # a release: it reports the wait it ends
-            if run_known:
-                if run:
-                    st.delay_runs[run] += 1
-                want_seconds = now - run_first.now if run and run_first is not None else 0.0
-                if dec[6] != run or dec[7] != want_seconds:
-                    self.finding(INVARIANT, "wait-accounting", rec, f"releases after {run} consecutive delays"
-                                 + (f" (since pass {run_first.number}, clock {run_first.now!r})" if run and run_first else "")
-                                 + f" but reports wait_forward_passes={dec[6]} wait_seconds={dec[7]!r} "
-                                 f"(expected {run} and {want_seconds!r})", run_first.number if run and run_first else None)
-            elif run:
+            if hold_known:
+                if hold:
+                    st.delay_runs[hold] += 1
+                if report_mon is not None:
+                    want_seconds = now - hold_first.now if hold and hold_first is not None else 0.0
+                    got_length, got_seconds = getattr(dec, report_mon.length), getattr(dec, report_mon.seconds)
+                    if got_length != hold or got_seconds != want_seconds:
+                        self.finding(INVARIANT, report_mon.id, rec, f"releases after {hold} consecutive {report_mon.noun}"
+                                     + (f" (since pass {hold_first.number}, clock {hold_first.now!r})" if hold and hold_first else "")
+                                     + f" but reports {report_mon.length}={got_length} {report_mon.seconds}={got_seconds!r} "
+                                     f"(expected {hold} and {want_seconds!r})", hold_first.number if hold and hold_first else None)
+            elif hold:
                 st.cut_runs += 1
-            if dec[6] > 0:
-                st.waits.append(dec[7])
-            if run and run_first is not None and run_first.decision[1] == "mixed":
-                st.mixed_waits_ended[dec[3]] += 1
-            run, mixed_run, run_first, run_known, long_run = 0, 0, None, True, None
-        if run:
-            st.open_run = run
+            if report_mon is not None and getattr(dec, report_mon.length) > 0:
+                st.waits.append(getattr(dec, report_mon.seconds))
+            if hold and hold_first is not None and mixed_of is not None and mixed_of(None, hold_first.decision):
+                st.mixed_waits_ended[dec.output_reason] += 1
+            hold, hold_first, hold_known = 0, None, True
+        if hold:
+            st.open_run = hold
         report.checked["conformance"] += len(passes)
 
 
-def _sets_by_pass(log: RankLog) -> dict[int, list[bool]]:
-    out: dict[int, list[bool]] = {}
+def _sets_by_pass(log: RankLog) -> dict[int, list[tuple[str, bool]]]:
+    out: dict[int, list[tuple[str, bool]]] = {}
     for s in log.sets:
-        out.setdefault(s.after_pass, []).append(s.skip_first_armed)
+        out.setdefault(s.after_pass, []).append((s.name, s.value))
     return out
 
 
-def _apply_sets(state: State, values: Optional[list[bool]]) -> State:
-    return state if not values else state._replace(skip_first_armed=values[-1])
+def _apply_sets(state: Any, values: Optional[list[tuple[str, bool]]]) -> Any:
+    if not values:
+        return state
+    return state._replace(**dict(values))
 
 
 # ----- across ranks --------------------------------------------------------------------------
 
 
-def _agreement_key(rec: PassRec) -> tuple:
+def _agreement_key(policy: Any, rec: PassRec) -> tuple:
     d = rec.decision
-    n = d[0]
-    return (d[2], d[3], d[6], n[0], n[1], n[3])
+    return tuple(getattr(d, k) for k in policy.decision_key) + tuple(getattr(d.next_state, f) for f in policy.shared)
 
 
-def shared_state(rec: PassRec) -> tuple:
-    """The part of a rank's state before a pass that ranks in step share (``wait_start`` is read on each rank's own clock)."""
-    b = rec.before
-    return (b[0], b[1], b[3])
+def shared_state(rec: PassRec, policy: Any) -> tuple:
+    """The part of a rank's state before a pass that ranks in step share (the rest is read on each rank's own clock)."""
+    return tuple(getattr(rec.before, f) for f in policy.shared)
 
 
-def _show_key(key: tuple) -> str:
-    allow, reason, wfp, control, count, skip = key
-    return f"allow={allow} reason={reason!r} wait_forward_passes={wfp} -> {control}/{count}/skip={skip}"
+def _show_key(policy: Any, key: tuple) -> str:
+    k = len(policy.decision_key)
+    shown = {f.name: f.trace_name for f in policy.decision_fields}
+    decided = " ".join(f"{shown.get(n, n)}={v!r}" if isinstance(v, str) else f"{shown.get(n, n)}={v}"
+                       for n, v in zip(policy.decision_key, key[:k]))
+    return f"{decided} -> " + "/".join(f"{n}={v}" if isinstance(v, bool) else str(v) for n, v in zip(policy.shared, key[k:]))
 
 
 def _compare(report: Report, s: Session, number: int, present: list[tuple[int, PassRec]],
              split_since: Optional[int]) -> tuple[bool, Optional[int]]:
     """One pass across the ranks that logged it: equal rows, equal decisions. Returns (agree, split_since)."""
+    policy = s.config.policy
     logs = s.logs
     i0, first = present[0]
     if any(r.rows != first.rows for _, r in present[1:]):
@@ -381,40 +415,48 @@ def _compare(report: Report, s: Session, number: int, present: list[tuple[int, P
                            f"pass {number}: ranks {', '.join(map(str, ranks))} logged other gathered rows than rank "
                            f"{logs[i0].rank} (an all-gather gives every rank the same rows)",
                            [logs[i].where(r.fi, r.line) for i, r in present]))
-    keys = [_agreement_key(r) for _, r in present]
-    same_state = all(shared_state(r) == shared_state(first) for _, r in present)
+    keys = [_agreement_key(policy, r) for _, r in present]
+    same_state = all(shared_state(r, policy) == shared_state(first, policy) for _, r in present)
     if all(k == keys[0] for k in keys):
         return True, (None if same_state else split_since)
     if same_state:
         split_since = None
     elif split_since is None:
         split_since = number
-    equal_args = all(r.mrr == first.mrr for _, r in present)
-    prop = "agreement-equal-args" if equal_args else "agreement"
+    local_keys = [key for name, key in policy.log.readings if name in policy.local_inputs]
+    equal_args = all(all(r.readings[key] == first.readings[key] for key in local_keys) for _, r in present)
+    agreements = [inv for inv in policy.invariants if isinstance(inv.check, Agreement)]
+    chosen = next((inv for inv in agreements if inv.check.equal_args == equal_args), agreements[0] if agreements else None)
+    prop = chosen.id if chosen is not None else "agreement"
     groups: dict[tuple, list[int]] = {}
     for (i, _), k in zip(present, keys):
         groups.setdefault(k, []).append(logs[i].rank)
-    text = "; ".join(f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}: {_show_key(k)}" for k, rs in groups.items())
+    text = "; ".join(f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}: {_show_key(policy, k)}" for k, rs in groups.items())
     why = "from the same state and gathered rows" if same_state else f"(their states differ, split since pass {split_since})"
-    args = "equal arguments, only the clocks differ" if equal_args else "different max_running_requests"
+    local_names = ", ".join(policy.local_inputs)
+    args = "equal arguments, only the clocks differ" if equal_args else f"different {local_names}"
     report.add(Finding(AGREEMENT, prop, s.index, number, [logs[i].rank for i, _ in present],
                        f"pass {number}: ranks decide differently {why}, {args}: {text}",
-                       [logs[i].where(r.fi, r.line) for i, r in present], None, _known(s.config.profile, prop)))
+                       [logs[i].where(r.fi, r.line) for i, r in present], None, _known(s.config.profile, prop, policy)))
     return False, split_since
 
 
 def check_session(report: Report, s: Session) -> None:
-    """Agreement, equal gathered rows and joint-progress over the passes the ranks logged in common."""
+    """Agreement, equal gathered rows and the group run bounds over the passes the ranks logged in common."""
+    c = s.config
+    policy = c.policy
     logs = s.logs
     maps = [{r.number: r for r in log.passes} for log in logs]
     numbers = sorted(set().union(*maps)) if maps else []
-    window = max(s.config.max_delay_passes, 1)
-    profile = s.config.profile
+    groups = [inv.check for inv in policy.invariants if isinstance(inv.check, GroupRunBound)]
+    windows = [mon.window(PY, c) for mon in groups]
+    profile = c.profile
+    mixed_of = policy.log.mixed
     stats = report.session_stats[s.index] = {
         "passes": len(numbers), "compared": 0, "mixed": 0, "mixed_resolved": Counter(), "disagreements": 0,
     }
-    progress_run = 0
-    progress_start = None
+    runs = [0] * len(groups)
+    starts: list[Optional[int]] = [None] * len(groups)
     prev_number = None
     split_since: Optional[int] = None
     for number in numbers:
@@ -424,40 +466,43 @@ def check_session(report: Report, s: Session) -> None:
         if len(present) > 1:
             stats["compared"] += 1
             agree, split_since = _compare(report, s, number, present, split_since)
-        if first.decision[1] == "mixed":
+        if mixed_of is not None and mixed_of(None, first.decision):
             stats["mixed"] += 1
-            stats["mixed_resolved"]["split" if not agree else first.decision[3]] += 1
+            stats["mixed_resolved"]["split" if not agree else first.decision.output_reason] += 1
         stats["disagreements"] += not agree
-        # joint-progress: every rank of the gather, on consecutive passes
+        # the group run bounds: every rank of the gather, on consecutive passes
         if prev_number is not None and number != prev_number + 1:
-            progress_run, progress_start = 0, None
+            runs, starts = [0] * len(groups), [None] * len(groups)
         prev_number = number
-        if len(present) < s.config.world_size or all(r.decision[2] for _, r in present):
-            progress_run, progress_start = 0, None
-            continue
-        progress_run += 1
-        if progress_run == 1:
-            progress_start = number
-        if progress_run == window:
-            delaying = sorted(logs[i].rank for i, r in present if not r.decision[2])
-            report.add(Finding(INVARIANT, "joint-progress", s.index, number, s.ranks,
-                               f"passes {progress_start}..{number} ({window} = max(max_delay_passes, 1) in a row) "
-                               f"each have a delaying rank (on pass {number}: rank {', '.join(map(str, delaying))}): "
-                               "the group never prefills together", [], progress_start, _known(profile, "joint-progress")))
+        complete = len(present) == c.world_size
+        for g, (mon, window) in enumerate(zip(groups, windows)):
+            counting = [logs[i].rank for i, r in present if mon.counts(PY, c, None, r.decision)]
+            if not complete or not counting:
+                runs[g], starts[g] = 0, None
+                continue
+            runs[g] += 1
+            if runs[g] == 1:
+                starts[g] = number
+            if runs[g] == window:
+                report.add(Finding(INVARIANT, mon.id, s.index, number, s.ranks,
+                                   f"passes {starts[g]}..{number} ({window} = {mon.window_text} in a row) "
+                                   f"each have {mon.some} (on pass {number}: rank {', '.join(map(str, sorted(counting)))}): "
+                                   "the group never prefills together", [], starts[g], _known(profile, mon.id, policy)))
     report.checked["agreement"] += stats["compared"]
 
 
 def check(sessions: list[Session], notes: Iterable[str] = ()) -> Report:
     """Every check on every session."""
     report = Report(sessions, notes=list(notes))
-    machines: dict[int, DelayerMachine] = {}
+    machines: dict[int, tuple[DelayerMachine, Step]] = {}
     for s in sessions:
         fp = s.logs[0].fingerprint
-        machine = machines.get(fp)
-        if machine is None:
-            machine = machines[fp] = DelayerMachine(s.config)
+        found = machines.get(fp)
+        if found is None:
+            machine = DelayerMachine(s.config)
+            found = machines[fp] = (machine, Step(s.config, machine.table))
         for log in s.logs:
-            _RankChecker(report, s, log, machine).run()
+            _RankChecker(report, s, log, *found).run()
         check_session(report, s)
     report.findings.sort(key=lambda f: (f.session, f.pass_number, f.category, f.property))
     return report

@@ -23,21 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Optional, Sequence
 
-from ..fsm.step import Decision, State
-from ..runtime.decision_log import DECISION_FIELDS, FORMAT, KIND_FAIL, KIND_HEADER, KIND_PASS, KIND_SET, STATE_FIELDS
+from ..runtime.envelope import Envelope
 from ..spec.config import Config
 from ..spec.errors import ConfigError
-from ..spec.table import REASONS, STATES
-from ..spec.view import ROW_LEN
+from ..spec.fields import BOOL, CONTROL, COUNT, OPT_SECONDS, REASON, SECONDS, TEXT, USAGE
+from ..spec.schema import HEADER_KEYS, KIND_FAIL, KIND_HEADER, KIND_PASS, KIND_SET, LOG_FORMATS_READ, decision_keys, state_keys
 
 LOG_NAME = re.compile(r".*\.jsonl(\.\d+)?$")
 _NUM = (int, float)
 _INTLIKE = {int, bool}
-_STATES = frozenset(STATES)
-_REASONS = frozenset(REASONS)
-_ESTIMATES = frozenset(("all", "none", "mixed"))
-HEADER_KEYS = ("format", "rank", "group_rank", "world_size", "group_ranks", "config", "fingerprint", "profile",
-               "spec_hash", "run", "started", "part")
 
 
 class LogError(ValueError):
@@ -45,15 +39,17 @@ class LogError(ValueError):
 
 
 class PassRec(NamedTuple):
-    """One successful pass of one rank, as logged (``decision.next_state`` is the state after)."""
+    """One successful pass of one rank, as logged (``decision.next_state`` is the state after).
+
+    ``readings`` are the rank's logged readings, by key (the policy's ``LogSchema``).
+    """
 
     number: int
     now: float
-    token_usage: float
-    mrr: int
+    readings: dict
     rows: list  # the gathered rows, concatenated in rank order
-    before: State
-    decision: Decision
+    before: Any
+    decision: Any
     wall: float
     fi: int  # index of the file in ``RankLog.files``
     line: int
@@ -63,14 +59,15 @@ class FailRec(NamedTuple):
     number: int
     error: str
     message: str
-    before: State
+    before: Any
     fi: int
     line: int
 
 
 class SetRec(NamedTuple):
     after_pass: int
-    skip_first_armed: bool
+    name: str  # the state variable set
+    value: bool
     fi: int
     line: int
 
@@ -90,7 +87,8 @@ class RankLog:
     flat_len: int = field(init=False)  # values in a pass's gathered rows
 
     def __post_init__(self) -> None:
-        self.flat_len = self.config.world_size * ROW_LEN
+        self.schema = LineSchema.of(self.config)
+        self.flat_len = self.config.world_size * self.schema.row_len
 
     @property
     def rank(self) -> int:
@@ -159,69 +157,126 @@ def _is_real(v: Any) -> bool:
     return type(v) in _NUM and math.isfinite(v)
 
 
-def _state_problem(o: Any, name: str) -> Optional[str]:
-    if not isinstance(o, dict):
-        return f"field '{name}' expected an object, got {_type_name(o)}"
-    for key in STATE_FIELDS:
-        if key not in o:
-            return f"field '{name}' lacks '{key}'"
-    if o["control"] not in _STATES:
-        return f"field '{name}.control' expected one of {', '.join(STATES)}, got {_show(o['control'])}"
-    if not _is_count(o["delayed_count"]):
-        return f"field '{name}.delayed_count' expected an integer >= 0, got {_show(o['delayed_count'])}"
-    if o["wait_start"] is not None and not _is_real(o["wait_start"]):
-        return f"field '{name}.wait_start' expected null or a number, got {_show(o['wait_start'])}"
-    if type(o["skip_first_armed"]) is not bool:
-        return f"field '{name}.skip_first_armed' expected true or false, got {_show(o['skip_first_armed'])}"
-    return None
+def _kind_ok(kind: str, v: Any, names: frozenset) -> bool:
+    if kind == BOOL:
+        return type(v) is bool
+    if kind == COUNT:
+        return _is_count(v)
+    if kind in (SECONDS, USAGE):
+        return _is_real(v)
+    if kind == OPT_SECONDS:
+        return v is None or _is_real(v)
+    return v in names  # CONTROL, REASON, TEXT: one of the names
 
 
-def _state(o: dict[str, Any]) -> State:
-    return State(o["control"], o["delayed_count"], o["wait_start"], o["skip_first_armed"])
+def _kind_wanted(kind: str, names: frozenset) -> str:
+    return {
+        BOOL: "true or false", COUNT: "an integer >= 0", SECONDS: "a number", USAGE: "a number",
+        OPT_SECONDS: "null or a number",
+    }.get(kind) or "one of " + ", ".join(sorted(repr(n) if n == "" else n for n in names))
 
 
-def _decision_problem(d: Any) -> Optional[str]:
-    if not isinstance(d, dict):
-        return f"field 'decision' expected an object, got {_type_name(d)}"
-    for key in DECISION_FIELDS:
-        if key not in d:
-            return f"field 'decision' lacks '{key}'"
-    if d["input_estimation"] not in _ESTIMATES:
-        return f"field 'decision.input_estimation' expected all, none or mixed, got {_show(d['input_estimation'])}"
-    if type(d["output_allow"]) is not bool:
-        return f"field 'decision.output_allow' expected true or false, got {_show(d['output_allow'])}"
-    if d["output_reason"] not in _REASONS:
-        return f"field 'decision.output_reason' expected one of {', '.join(repr(r) for r in REASONS)}, got {_show(d['output_reason'])}"
-    for key in ("num_prefillable", "num_token_watermark_force_allow", "wait_forward_passes"):
-        if not _is_count(d[key]):
-            return f"field 'decision.{key}' expected an integer >= 0, got {_show(d[key])}"
-    if not _is_real(d["wait_seconds"]):
-        return f"field 'decision.wait_seconds' expected a number, got {_show(d['wait_seconds'])}"
-    return None
+class LineSchema:
+    """What a pass line of one policy holds, by name: its state and decision objects, its readings."""
+
+    _cache: dict[str, "LineSchema"] = {}
+
+    def __init__(self, policy: Any, row_len: int) -> None:
+        self.policy = policy
+        self.row_len = row_len
+        self.state_keys = state_keys(policy)
+        self.state_kinds = (CONTROL,) + tuple(f.kind for f in policy.state_fields)
+        self.decision_keys = decision_keys(policy)
+        self.decision_kinds = tuple(f.kind for f in policy.decision_fields)
+        self.readings = policy.log.readings
+        by_name = {f.name: f for f in policy.inputs}
+        self.reading_kinds = tuple(by_name[name].kind for name, _ in self.readings)
+        self.names = {CONTROL: frozenset(policy.states), REASON: frozenset(policy.reasons), TEXT: None}
+        self.state_cls, self.decision_cls = policy.state_cls, policy.decision_cls
+
+    @classmethod
+    def of(cls, config: Config) -> "LineSchema":
+        policy = config.policy
+        found = cls._cache.get(policy.name)
+        if found is None:
+            found = cls._cache[policy.name] = cls(policy, Envelope(config).row_len)
+        return found
+
+    def _ok(self, kind: str, v: Any) -> bool:
+        if kind == TEXT:
+            return isinstance(v, str)
+        return _kind_ok(kind, v, self.names.get(kind) or frozenset())
+
+    def state_problem(self, o: Any, name: str) -> Optional[str]:
+        if not isinstance(o, dict):
+            return f"field '{name}' expected an object, got {_type_name(o)}"
+        for key in self.state_keys:
+            if key not in o:
+                return f"field '{name}' lacks '{key}'"
+        for key, kind in zip(self.state_keys, self.state_kinds):
+            if not self._ok(kind, o[key]):
+                return f"field '{name}.{key}' expected {_kind_wanted(kind, self.names.get(kind) or frozenset())}, got {_show(o[key])}"
+        return None
+
+    def state(self, o: dict[str, Any]) -> Any:
+        return self.state_cls(*(o[k] for k in self.state_keys))
+
+    def decision_problem(self, d: Any) -> Optional[str]:
+        if not isinstance(d, dict):
+            return f"field 'decision' expected an object, got {_type_name(d)}"
+        for key in self.decision_keys:
+            if key not in d:
+                return f"field 'decision' lacks '{key}'"
+        for key, kind in zip(self.decision_keys, self.decision_kinds):
+            if not self._ok(kind, d[key]):
+                return f"field 'decision.{key}' expected {_kind_wanted(kind, self.names.get(kind) or frozenset())}, got {_show(d[key])}"
+        return None
+
+    def decision(self, d: dict[str, Any], after: Any) -> Any:
+        return self.decision_cls(after, *(d[k] for k in self.decision_keys))
+
+    def readings_problem(self, o: dict[str, Any]) -> Optional[str]:
+        for (_, key), kind in zip(self.readings, self.reading_kinds):
+            if not _kind_ok(kind, o[key], frozenset()):
+                return f"field '{key}' expected {_kind_wanted(kind, frozenset())}, got {_show(o[key])}"
+        return None
+
+    def valid(self, before: Any, dec: Any, readings: dict) -> bool:
+        """The quick check of a parsed pass: every state, decision and reading of its kind."""
+        ok = self._ok
+        after = dec[0]
+        return (
+            all(ok(k, x) for k, x in zip(self.state_kinds, before))
+            and all(ok(k, x) for k, x in zip(self.state_kinds, after))
+            and all(ok(k, x) for k, x in zip(self.decision_kinds, dec[1:]))
+            and all(_kind_ok(k, readings[key], frozenset()) for (_, key), k in zip(self.readings, self.reading_kinds))
+        )
 
 
 def _pass_problem(o: dict[str, Any], log: RankLog) -> Optional[str]:
     """The first problem of a pass line (run only once the quick checks failed, to say what is wrong)."""
-    for key in ("pass", "rank", "wall", "now", "token_usage", "mrr", "rows", "before", "decision", "after",
+    schema = log.schema
+    for key in ("pass", "rank", "wall", "now", *(k for _, k in schema.readings), "rows", "before", "decision", "after",
                 "profile", "spec_hash", "fingerprint"):
         if key not in o:
             return f"a pass line without field '{key}'"
     if type(o["pass"]) is not int or o["pass"] < 1:
         return f"field 'pass' expected an integer >= 1, got {_show(o['pass'])}"
-    for key in ("wall", "now", "token_usage"):
+    for key in ("wall", "now"):
         if not _is_real(o[key]):
             return f"field '{key}' expected a number, got {_show(o[key])}"
-    if not _is_count(o["mrr"]):
-        return f"field 'mrr' expected an integer >= 0, got {_show(o['mrr'])}"
+    problem = schema.readings_problem(o)
+    if problem:
+        return problem
     rows, n = o["rows"], log.config.world_size
-    if not isinstance(rows, list) or len(rows) != n * ROW_LEN or not set(map(type, rows)) <= _INTLIKE:
+    if not isinstance(rows, list) or len(rows) != n * schema.row_len or not set(map(type, rows)) <= _INTLIKE:
         got = f"{len(rows)} entries" if isinstance(rows, list) else _type_name(rows)
-        return f"field 'rows' expected {n * ROW_LEN} integers ({n} ranks of {ROW_LEN}), got {got}"
+        return f"field 'rows' expected {n * schema.row_len} integers ({n} ranks of {schema.row_len}), got {got}"
     for name in ("before", "after"):
-        problem = _state_problem(o[name], name)
+        problem = schema.state_problem(o[name], name)
         if problem:
             return problem
-    problem = _decision_problem(o["decision"])
+    problem = schema.decision_problem(o["decision"])
     if problem:
         return problem
     for key, want in (("rank", log.rank), ("profile", log.profile), ("spec_hash", log.spec_hash),
@@ -233,29 +288,21 @@ def _pass_problem(o: dict[str, Any], log: RankLog) -> Optional[str]:
 
 def parse_pass(o: dict[str, Any], log: RankLog, fi: int, line: int) -> PassRec:
     """A pass line as a record; ``ValueError`` with what is wrong when it is malformed."""
+    schema = log.schema
     try:
-        b, a, d, rows = o["before"], o["after"], o["decision"], o["rows"]
-        rec = PassRec(
-            o["pass"], o["now"], o["token_usage"], o["mrr"], rows, _state(b),
-            Decision(_state(a), d["input_estimation"], d["output_allow"], d["output_reason"], d["num_prefillable"],
-                     d["num_token_watermark_force_allow"], d["wait_forward_passes"], d["wait_seconds"]),
-            o["wall"], fi, line,
-        )
-        n, now, tu, mrr, _, before, dec, wall, _, _ = rec
-        after = dec[0]
+        rows = o["rows"]
+        before = schema.state(o["before"])
+        dec = schema.decision(o["decision"], schema.state(o["after"]))
+        readings = {key: o[key] for _, key in schema.readings}
+        rec = PassRec(o["pass"], o["now"], readings, rows, before, dec, o["wall"], fi, line)
+        n, now, wall = rec.number, rec.now, rec.wall
         if (
-            type(n) is int and n >= 1 and type(mrr) is int and mrr >= 0
-            and type(now) in _NUM and type(tu) in _NUM and type(wall) in _NUM
+            type(n) is int and n >= 1
+            and type(now) in _NUM and type(wall) in _NUM and math.isfinite(now)
             and type(rows) is list and len(rows) == log.flat_len and set(map(type, rows)) <= _INTLIKE
             and o["rank"] == log.rank and o["fingerprint"] == log.fingerprint
             and o["spec_hash"] == log.spec_hash and o["profile"] == log.profile
-            and before[0] in _STATES and type(before[1]) is int and type(before[3]) is bool
-            and after[0] in _STATES and type(after[1]) is int and type(after[3]) is bool
-            and (before[2] is None or type(before[2]) in _NUM) and (after[2] is None or type(after[2]) in _NUM)
-            and dec[1] in _ESTIMATES and type(dec[2]) is bool and dec[3] in _REASONS
-            and type(dec[4]) is int and type(dec[5]) is int and type(dec[6]) is int and type(dec[7]) in _NUM
-            and before[1] >= 0 and after[1] >= 0 and dec[4] >= 0 and dec[5] >= 0 and dec[6] >= 0
-            and math.isfinite(now) and math.isfinite(tu) and math.isfinite(dec[7])
+            and schema.valid(before, dec, readings)
         ):
             return rec
     except (KeyError, TypeError, IndexError):
@@ -268,8 +315,9 @@ def parse_header(o: dict[str, Any]) -> tuple[dict[str, Any], Config]:
     missing = [k for k in HEADER_KEYS if k not in o]
     if missing:
         raise ValueError(f"a header without field{'s' if len(missing) > 1 else ''} {', '.join(repr(k) for k in missing)}")
-    if o["format"] != FORMAT:
-        raise ValueError(f"decision log format {_show(o['format'])}; this build reads format {FORMAT}")
+    if o["format"] not in LOG_FORMATS_READ:
+        raise ValueError(f"decision log format {_show(o['format'])}; this build reads format "
+                         f"{', '.join(map(str, LOG_FORMATS_READ))}")
     for key in ("rank", "world_size", "fingerprint", "part"):
         if not _is_count(o[key]):
             raise ValueError(f"field '{key}' expected an integer >= 0, got {_show(o[key])}")
@@ -281,7 +329,7 @@ def parse_header(o: dict[str, Any]) -> tuple[dict[str, Any], Config]:
     if not isinstance(o["config"], dict):
         raise ValueError(f"field 'config' expected an object, got {_type_name(o['config'])}")
     try:
-        config = Config(**o["config"])
+        config = Config(**o["config"])  # the profile it records picks the policy
     except TypeError as exc:
         raise ValueError(f"this build cannot read its configuration ({str(exc).replace('__init__() ', '')})") from None
     except ConfigError as exc:
@@ -297,7 +345,7 @@ def parse_header(o: dict[str, Any]) -> tuple[dict[str, Any], Config]:
     return o, config
 
 
-def _parse_fail(o: dict[str, Any]) -> tuple[int, str, str, State]:
+def _parse_fail(o: dict[str, Any], log: RankLog) -> tuple[int, str, str, Any]:
     for key in ("pass", "error", "message", "before"):
         if key not in o:
             raise ValueError(f"a fail line without field '{key}'")
@@ -305,18 +353,23 @@ def _parse_fail(o: dict[str, Any]) -> tuple[int, str, str, State]:
         raise ValueError(f"field 'pass' expected an integer >= 1, got {_show(o['pass'])}")
     if not isinstance(o["error"], str) or not isinstance(o["message"], str):
         raise ValueError("fields 'error' and 'message' expected strings")
-    problem = _state_problem(o["before"], "before")
+    problem = log.schema.state_problem(o["before"], "before")
     if problem:
         raise ValueError(problem)
-    return o["pass"], o["error"], o["message"], _state(o["before"])
+    return o["pass"], o["error"], o["message"], log.schema.state(o["before"])
 
 
-def _parse_set(o: dict[str, Any]) -> tuple[int, bool]:
+def _parse_set(o: dict[str, Any], log: RankLog) -> tuple[int, str, bool]:
     if not _is_count(o.get("after_pass")):
         raise ValueError(f"field 'after_pass' expected an integer >= 0, got {_show(o.get('after_pass'))}")
-    if type(o.get("skip_first_armed")) is not bool:
-        raise ValueError(f"field 'skip_first_armed' expected true or false, got {_show(o.get('skip_first_armed'))}")
-    return o["after_pass"], o["skip_first_armed"]
+    flags = log.config.policy.log.set_flags
+    names = [k for k in flags if k in o]
+    if len(names) != 1:
+        raise ValueError(f"a set line sets one of {', '.join(flags) or 'no variable'}, got {sorted(set(o) - {'kind', 'rank', 'after_pass', 'wall'})}")
+    name = names[0]
+    if type(o[name]) is not bool:
+        raise ValueError(f"field '{name}' expected true or false, got {_show(o[name])}")
+    return o["after_pass"], name, o[name]
 
 
 # ----- files -------------------------------------------------------------------------------
@@ -388,9 +441,9 @@ class _Reader:
                         raise ValueError("not a decision log: its first line is not a header"
                                          if lineno == 1 else f"a {kind} line before any header")
                     elif kind == KIND_FAIL:
-                        log.fails.append(FailRec(*_parse_fail(o), fi, lineno))
+                        log.fails.append(FailRec(*_parse_fail(o, log), fi, lineno))
                     elif kind == KIND_SET:
-                        log.sets.append(SetRec(*_parse_set(o), fi, lineno))
+                        log.sets.append(SetRec(*_parse_set(o, log), fi, lineno))
                     else:
                         raise ValueError(f"unknown line kind {_show(kind)}; expected header, pass, fail or set")
                 except ValueError as exc:

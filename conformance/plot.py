@@ -13,18 +13,21 @@ from typing import Any
 
 from .checks import Report
 
-# Decision categories, in the timeline's colour order; 0 is "not logged".
-CATEGORIES = (
-    ("not logged", "#ffffff"),
-    ("delay", "#d62728"),
-    ("no_wait", "#2ca02c"),
-    ("wait_success", "#1f77b4"),
-    ("wait_timeout", "#ff7f0e"),
-    ("token_watermark", "#9467bd"),
-    ("none prefillable", "#c7c7c7"),
-)
-_INDEX = {"delay": 1, "no_wait": 2, "wait_success": 3, "wait_timeout": 4, "token_watermark": 5, "": 6}
+# The timeline's colours: "not logged", then a held pass, then each allowing reason in the summary's order.
+NOT_LOGGED, HELD = "#ffffff", "#d62728"
+PALETTE = ("#2ca02c", "#1f77b4", "#ff7f0e", "#9467bd", "#c7c7c7", "#8c564b", "#e377c2", "#17becf")
 MAX_SESSIONS_SHOWN = 4
+
+
+def categories(report: Report) -> tuple[list[tuple[str, str]], dict[str, int]]:
+    """(name, colour) of every timeline category, and each allowing reason's index among them."""
+    from .summary import reason_name, reason_order
+
+    held = {t.reason for s in report.sessions for t in s.config.policy.build_table(s.config.profile) if t.reason and not t.allows}
+    allowing = [r for r in reason_order(report) if r not in held]
+    cats = [("not logged", NOT_LOGGED), ("/".join(sorted(held)) or "held", HELD)]
+    cats += [(reason_name(r).replace("-", " "), PALETTE[i % len(PALETTE)]) for i, r in enumerate(allowing)]
+    return cats, {r: i + 2 for i, r in enumerate(allowing)}
 
 
 def matplotlib_problem() -> str | None:
@@ -50,7 +53,8 @@ def plot(report: Report, path: str | Path) -> None:
     fig = Figure(figsize=(12, sum(heights) + 0.6), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(len(heights), 1, gridspec_kw={"height_ratios": heights})
-    cmap = ListedColormap([color for _, color in CATEGORIES])
+    cats, index = categories(report)
+    cmap = ListedColormap([color for _, color in cats])
     for ax, s in zip(axes, sessions):
         numbers = [r.number for log in s.logs for r in log.passes]
         lo, hi = (min(numbers), max(numbers)) if numbers else (1, 1)
@@ -58,13 +62,14 @@ def plot(report: Report, path: str | Path) -> None:
         for row, log in enumerate(s.logs):
             for r in log.passes:
                 d = r.decision
-                grid[row, r.number - lo] = 1 if not d[2] else _INDEX[d[3]]
-        ax.imshow(grid, aspect="auto", interpolation="nearest", cmap=cmap, vmin=0, vmax=len(CATEGORIES) - 1,
+                grid[row, r.number - lo] = 1 if not d.output_allow else index[d.output_reason]
+        ax.imshow(grid, aspect="auto", interpolation="nearest", cmap=cmap, vmin=0, vmax=len(cats) - 1,
                   extent=(lo - 0.5, hi + 0.5, len(s.logs) - 0.5, -0.5))
         ax.set_yticks(range(len(s.logs)), [f"rank {log.rank}" for log in s.logs])
         ax.set_xlabel("pass")
         c = s.config
-        ax.set_title(f"run {s.index}: profile {c.profile}, world {c.world_size}, max_delay_passes {c.max_delay_passes}: "
+        first = c.policy.params[0].name
+        ax.set_title(f"run {s.index}: profile {c.profile}, world {c.world_size}, {first} {getattr(c, first)}: "
                      "decision per rank and pass", fontsize=10, loc="left")
         place = {log.rank: i for i, log in enumerate(s.logs)}
         fails = [(f.number, place[log.rank]) for log in s.logs for f in log.fails]
@@ -74,7 +79,7 @@ def plot(report: Report, path: str | Path) -> None:
         if flagged:
             ax.scatter([x for x, _ in flagged], [y - 0.38 for _, y in flagged], marker="v", color="black", s=22,
                        zorder=3, clip_on=False)
-    handles = [Patch(facecolor=color, edgecolor="#555555", label=name) for name, color in CATEGORIES[1:]]
+    handles = [Patch(facecolor=color, edgecolor="#555555", label=name) for name, color in cats[1:]]
     handles.append(Patch(facecolor="black", label="▼ violation / x failed pass"))
     axes[0].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
     _histogram(axes[-1], report)
@@ -89,10 +94,10 @@ def _histogram(ax: Any, report: Report) -> None:
         hist.update(st.delay_runs)
     if hist:
         xs = sorted(hist)
-        ax.bar(xs, [hist[x] for x in xs], width=0.8, color=CATEGORIES[1][1])
+        ax.bar(xs, [hist[x] for x in xs], width=0.8, color=HELD)
     else:
         ax.text(0.5, 0.5, "no complete delay run", transform=ax.transAxes, ha="center", va="center")
-    bounds = sorted({max(s.config.max_delay_passes - 1, 0) for s in report.sessions})
+    bounds = sorted({_bound(s.config) for s in report.sessions} - {None})
     longest = max(hist, default=1)
     near = [b for b in bounds if b <= 2 * longest + 5]  # a bound far beyond every run would squash the bars
     ax.set_xlim(0.4, max([longest, *near]) + 1.5)
@@ -102,8 +107,17 @@ def _histogram(ax: Any, report: Report) -> None:
         ax.text(b + 0.5, 1.0, f" bound {b}", transform=ax.get_xaxis_transform(), va="top", fontsize=8)
     far = [b for b in bounds if b not in near]
     if far:
-        ax.text(0.99, 0.95, f"bound max(max_delay_passes - 1, 0) = {', '.join(map(str, far))}: off the scale",
+        ax.text(0.99, 0.95, f"bound {', '.join(map(str, far))}: off the scale",
                 transform=ax.transAxes, ha="right", va="top", fontsize=8)
     ax.set_xlabel("delay-run length (consecutive delayed passes of one rank)")
     ax.set_ylabel("runs")
     ax.set_title("delay-run lengths, all ranks (complete runs)", fontsize=10, loc="left")
+
+
+def _bound(c: Any) -> Any:
+    """The policy's bound on a run of held passes (its bounded-delay monitor's limit), if it has one."""
+    from ..spec.monitors import RunBound
+    from ..spec.ops import PY
+
+    inv = c.policy.invariant("bounded-delay")
+    return inv.check.limit(PY, c) if inv is not None and isinstance(inv.check, RunBound) else None

@@ -11,28 +11,53 @@ from collections import Counter
 from typing import Any, Optional
 
 from ..runtime.decision_log import build_spec_hash
-from ..spec.invariants import BY_ID
+from ..spec.monitors import Agreement, GroupRunBound, RunReport, is_monitor
 from .checks import AGREEMENT, CONFORMANCE, INVARIANT, Report
 
-# Rows of the verdict table: (category, property, what it covers).
-CHECKS = (
+# Rows of the verdict table that hold for every policy: (category, property, what it covers).
+CONFORMANCE_CHECKS = (
     (CONFORMANCE, "decision", "logged decision = the transitions machine's"),
     (CONFORMANCE, "next-state", "logged next state = the machine's"),
     (CONFORMANCE, "row", "each rank's own row = the spec's local_row of its readings"),
     (CONFORMANCE, "continuity", "each pass starts where the previous one left"),
     (CONFORMANCE, "no-transition", "some transition holds"),
     (CONFORMANCE, "rows-differ", "every rank logged the same gathered rows"),
-    (AGREEMENT, "agreement", "ranks decide alike (different max_running_requests)"),
-    (AGREEMENT, "agreement-equal-args", "ranks decide alike (equal arguments)"),
-    (INVARIANT, "bounded-delay", ""),
-    (INVARIANT, "mixed-bounded-delay", ""),
-    (INVARIANT, "force-allow", ""),
-    (INVARIANT, "none-allows", ""),
-    (INVARIANT, "wait-accounting", "count and seconds"),
-    (INVARIANT, "joint-progress", ""),
 )
-REASON_ORDER = ("delay", "no_wait", "wait_success", "wait_timeout", "token_watermark", "")
 SHOWN_PER_PROPERTY = 10
+
+
+def _policies(report: Report) -> list:
+    return list({s.config.policy.name: s.config.policy for s in report.sessions}.values())
+
+
+def checks_of(report: Report) -> list[tuple[str, str, str, str]]:
+    """The verdict table's rows: the conformance checks, then each policy's agreement and monitors (category, property, what, statement)."""
+    rows = [(c, p, w, "") for c, p, w in CONFORMANCE_CHECKS]
+    seen = set()
+    policies = _policies(report)
+    for category, wanted in ((AGREEMENT, True), (INVARIANT, False)):
+        for pol in policies:
+            for inv in pol.invariants:
+                if not is_monitor(inv.check) or isinstance(inv.check, Agreement) != wanted or inv.id in seen:
+                    continue
+                seen.add(inv.id)
+                if isinstance(inv.check, Agreement):
+                    what = "ranks decide alike (equal arguments)" if inv.check.equal_args else (
+                        f"ranks decide alike (different {', '.join(pol.local_inputs)})")
+                elif isinstance(inv.check, RunReport):
+                    what = "count and seconds"
+                else:
+                    what = ""
+                rows.append((category, inv.id, what, inv.statement))
+    return rows
+
+
+def reason_order(report: Report) -> list[str]:
+    """Every policy's reasons, in the order the summary lists them."""
+    out: list[str] = []
+    for pol in _policies(report):
+        out += [r for r in (pol.log.reason_order or pol.reasons) if r not in out]
+    return out
 
 
 def reason_name(reason: str) -> str:
@@ -62,7 +87,8 @@ def verdicts(report: Report) -> list[dict[str, Any]]:
     compared = report.checked["agreement"]
     complete = any(s.complete for s in report.sessions)
     out = []
-    for category, prop, what in CHECKS:
+    groups = {inv.id for pol in _policies(report) for inv in pol.invariants if isinstance(inv.check, GroupRunBound)}
+    for category, prop, what, stated in checks_of(report):
         n = report.counts[(category, prop)]
         known = any(f.known_defect for f in report.findings if f.property == prop)
         status = "violated" if n else "ok"
@@ -71,9 +97,9 @@ def verdicts(report: Report) -> list[dict[str, Any]]:
             status, why = "not checked", "no pass was logged by two ranks"
         elif not n and prop == "rows-differ" and compared == 0:
             status, why = "not checked", "no pass was logged by two ranks"
-        elif not n and prop == "joint-progress" and not complete:
+        elif not n and prop in groups and not complete:
             status, why = "not checked", "needs the logs of every rank of the gather"
-        statement = what or (BY_ID[prop].statement if prop in BY_ID else "")
+        statement = what or stated
         out.append({"category": category, "property": prop, "status": status, "violations": n, "known_defect": known,
                     "why": why, "statement": statement, "profiles": profiles})
     return out
@@ -163,8 +189,9 @@ def text(report: Report, data: dict[str, Any], traces: Optional[list[dict[str, A
     for sd in data["sessions"]:
         c = sd["config"]
         same = "this build" if sd["spec_hash"] == build else f"this build is {build}"
+        first = next(iter(c))  # the policy's first parameter (for SGLang's delayer: max_delay_passes)
         lines.append(f"run {sd['session']}: profile {sd['profile']}, world {sd['world_size']} "
-                     f"({sd['ranks_logged']} logged), max_delay_passes {c['max_delay_passes']}, "
+                     f"({sd['ranks_logged']} logged), {first} {c[first]}, "
                      f"spec {sd['spec_hash']} ({same}), {sd['passes']} passes")
         lines.append("  passes per rank:")
         for r in sd["ranks"]:
@@ -188,7 +215,7 @@ def text(report: Report, data: dict[str, Any], traces: Optional[list[dict[str, A
         lines.append(f"  {v['category']:<11} {v['property']:<21} {shown}")
     reasons = data["decisions_by_reason"]
     total = sum(reasons.values())
-    order = [reason_name(r) for r in REASON_ORDER]
+    order = [reason_name(r) for r in reason_order(report)]
     lines.append("decisions by reason (all ranks): " + ", ".join(
         f"{k} {_share(reasons[k], total)}" for k in order if reasons.get(k)))
     for sd in data["sessions"]:
@@ -229,7 +256,10 @@ def text(report: Report, data: dict[str, Any], traces: Optional[list[dict[str, A
                 lines.append(f"  {prop}: ... and {n - SHOWN_PER_PROPERTY} more (all in --json, up to 200 each)")
     if traces is not None:
         if not traces:
-            lines.append("traces: no flagged window to write (traces are written for bounded-delay, agreement and joint-progress)")
+            from ..traces.violations import replayable
+
+            props = list(dict.fromkeys(p for pol in _policies(report) for p in replayable(pol)))
+            lines.append(f"traces: no flagged window to write (traces are written for {', '.join(props[:-1])} and {props[-1]})")
         for t in traces:
             if t.get("path"):
                 lines.append(f"trace: {t['path']} ({t['property']}, log passes {t['passes'][0]}..{t['passes'][1]}): replay reproduces it")

@@ -1,19 +1,17 @@
 """``check-log --traces DIR``: each flagged window of a log as a trace that ``prefill-delayer replay`` reproduces.
 
-A trace (``traces.format``) starts from freshly built delayers, so a window must
-start at a pass from which fresh delayers reach the logged states. The window
+A trace (``traces.format``) starts from freshly built ranks, so a window must
+start at a pass from which fresh ranks reach the logged states. The window
 chosen for a violation is the *latest* pass at or before the violation's first
 pass (a delay run's first delay; the disagreeing pass) at which every rank's
-logged state is what a fresh delayer has after finalize: ``idle``,
-``delayed_count`` 0, no wait, and the same ``skip_first_armed`` on every rank.
-If that flag is still armed the trace starts right there. If it was consumed,
-the trace begins with one synthetic pass that consumes it on every rank and
-decides nothing else (every rank prefillable, the slot trigger holding with
-``max_running_requests`` 0 and ``max_prefill_bs`` 1, no running batch, no
-queue, token usage 1.0: an ``all`` pass that allows with ``no_wait``), after
-which fresh delayers are exactly in the logged state. Between that pass and the
-violation every rank must have logged every pass, and nobody may have set the
-skip flag from outside; failed passes change no state and are left out.
+logged state is the policy's ``init``, up to the variables that can be set from
+outside (``LogSchema.set_flags``: SGLang's one-shot skip), equal on every rank.
+If those equal ``init``'s the trace starts right there; if not, the trace
+begins with the policy's bridge (``LogSchema.bridge``: for SGLang's delayer one
+synthetic pass that consumes the skip and decides nothing else), after which
+fresh ranks are exactly in the logged state. Between that pass and the
+violation every rank must have logged every pass, and nobody may have set a
+variable from outside; failed passes change no state and are left out.
 
 Each trace is replayed here, through the runtime, before it is written: only a
 window whose violation ``replay`` reproduces is written, and the reason is
@@ -28,28 +26,24 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from ..traces.format import CONFIG_KEYS, validate_trace
-from ..traces.violations import CHECKS
-from ..spec.table import IDLE
-from ..spec.view import ROW_LEN
+from ..runtime.envelope import Envelope
+from ..spec.schema import config_keys, expect_of
+from ..traces.format import validate_trace
+from ..traces.violations import replayable
 from .checks import Finding, Report, Session, shared_state
 from .logread import PassRec
 
-REPLAYABLE = tuple(CHECKS)  # bounded-delay, agreement, agreement-equal-args, joint-progress
 MAX_TRACES_PER_PROPERTY = 20
 MAX_WINDOW = 5000  # passes; a longer window would make a trace nobody reads
 
-# The synthetic first pass's per-rank inputs (see the module docstring).
-SKIP_CONSUMER = {"prefillable": True, "token_usage": 1.0, "running_batch": 0, "max_prefill_bs": 1,
-                 "waiting_queue_len": 0, "max_running_requests": 0}
-SKIP_CONSUMER_EXPECT = {"allow": True, "reason": "no_wait", "wait_forward_passes": 0}
 
-
-def _fresh(recs: list[PassRec]) -> bool:
-    """Every rank starts this pass as a fresh delayer would (up to the one-shot skip flag, equal on all)."""
+def _fresh(policy: Any, recs: list[PassRec]) -> bool:
+    """Every rank starts this pass as a fresh rank would, up to the variables set from outside (equal on all)."""
+    flags = policy.log.set_flags
+    init = policy.init
     states = [r.before for r in recs]
-    return all(s.control == IDLE and s.delayed_count == 0 and s.wait_start is None for s in states) and len(
-        {s.skip_first_armed for s in states}) == 1
+    return all(s._replace(**{f: getattr(init, f) for f in flags}) == init for s in states) and len(
+        {tuple(getattr(s, f) for f in flags) for s in states}) == 1
 
 
 def choose_window(s: Session, maps: list[dict[int, PassRec]], first: int, last: int) -> tuple[Optional[int], str]:
@@ -66,7 +60,7 @@ def choose_window(s: Session, maps: list[dict[int, PassRec]], first: int, last: 
             return None, (f"no pass from pass {k + 1} to {first} starts from a fresh state on every rank, and pass {k} "
                           "is not in every rank's log") if k >= 1 else (
                           f"no logged pass up to pass {first} starts from a fresh state on every rank")
-        if _fresh([m[k] for m in maps]):
+        if _fresh(s.config.policy, [m[k] for m in maps]):
             inside = sorted(p for p in sets if k <= p < last)
             if inside:
                 return None, f"the skip flag was set from outside after pass {inside[0]}, inside the window"
@@ -77,37 +71,40 @@ def choose_window(s: Session, maps: list[dict[int, PassRec]], first: int, last: 
 def build_trace(s: Session, maps: list[dict[int, PassRec]], start: int, last: int, f: Finding) -> dict[str, Any]:
     """The trace of log passes ``start..last`` (rank order: the gather's)."""
     c = s.config
+    policy = c.policy
+    env = Envelope(c)
     world = c.world_size
     cfg = c.as_dict()
-    synthetic = not maps[0][start].before.skip_first_armed
+    bridge = policy.log.bridge(maps[0][start].before) if policy.log.bridge is not None else None
     passes: list[dict[str, Any]] = []
-    if synthetic:
+    if bridge is not None:
+        inputs, expect, note, what = bridge
         passes.append({
-            "ranks": [{**SKIP_CONSUMER, "now_s": m[start].now} for m in maps],
-            "expect": [dict(SKIP_CONSUMER_EXPECT) for _ in maps],
-            "note": "synthetic: consumes the one-shot skip, as the logged states at the window's start have it",
+            "ranks": [{**inputs, "now_s": m[start].now} for m in maps],
+            "expect": [dict(expect) for _ in maps],
+            "note": f"synthetic: {note}",
         })
+    n, k_policy = env.row_len, env.n_policy
     for k in range(start, last + 1):
-        ranks, expect = [], []
+        ranks, expect_list = [], []
         for place, m in enumerate(maps):
             r = m[k]
-            own = r.rows[place * ROW_LEN:(place + 1) * ROW_LEN]
-            ranks.append({"prefillable": bool(own[0]), "token_usage": r.token_usage, "running_batch": own[2],
-                          "max_prefill_bs": own[3], "waiting_queue_len": own[4], "max_running_requests": r.mrr,
-                          "now_s": r.now})
-            d = r.decision
-            expect.append({"allow": d.output_allow, "reason": d.output_reason, "wait_forward_passes": d.wait_forward_passes})
-        passes.append({"ranks": ranks, "expect": expect, "log_pass": k})
+            own = r.rows[place * n:place * n + k_policy]
+            inp = policy.log.inputs_from_row(own, r.readings)
+            ranks.append({**{fld.trace_name: getattr(inp, fld.name) for fld in policy.trace.inputs}, "now_s": r.now})
+            expect_list.append(expect_of(policy, r.decision))
+        passes.append({"ranks": ranks, "expect": expect_list, "log_pass": k})
     assert len(passes[-1]["ranks"]) == world
     prop = f.property
+    synthetic = bridge is not None
     offset = 1 if synthetic else 0
     return {
         "property": prop,
         "profile": c.profile,
-        "config": {k: cfg[k] for k in CONFIG_KEYS},
+        "config": {key: cfg[key] for key in (policy.trace.config or config_keys(policy))},
         "passes": passes,
         "violation": (f"from a decision log: {f.message} (trace pass {offset} is log pass {start}"
-                      + ("; trace pass 0 is synthetic: it consumes the one-shot skip flag)" if synthetic else ")")),
+                      + (f"; trace pass 0 is synthetic: {bridge[3]})" if bridge is not None else ")")),
         "source": {"logs": [log.files[0] for log in s.logs], "log_passes": [start, last], "synthetic_first_pass": synthetic},
     }
 
@@ -115,7 +112,8 @@ def build_trace(s: Session, maps: list[dict[int, PassRec]], start: int, last: in
 def _first_split(s: Session, maps: list[dict[int, PassRec]], f: Finding) -> bool:
     """An agreement finding whose ranks did not all start the pass from the same state (a consequence, not a cause)."""
     recs = [m[f.pass_number] for m in maps if f.pass_number in m]
-    return any(shared_state(r) != shared_state(recs[0]) for r in recs)
+    policy = s.config.policy
+    return any(shared_state(r, policy) != shared_state(recs[0], policy) for r in recs)
 
 
 def export_traces(report: Report, directory: str | Path) -> list[dict[str, Any]]:
@@ -130,7 +128,7 @@ def export_traces(report: Report, directory: str | Path) -> list[dict[str, Any]]
     out: list[dict[str, Any]] = []
     folder = Path(directory)
     for s in report.sessions:
-        flagged = [f for f in report.findings if f.session == s.index and f.property in REPLAYABLE]
+        flagged = [f for f in report.findings if f.session == s.index and f.property in replayable(s.config.policy)]
         if not flagged:
             continue
         if not s.complete:
@@ -146,7 +144,7 @@ def export_traces(report: Report, directory: str | Path) -> list[dict[str, Any]]
             first = f.first_pass if f.first_pass is not None else f.pass_number
             if any(p == f.property and a <= first <= b for p, a, b in covered):
                 continue  # inside a window already written
-            if f.property.startswith("agreement") and _first_split(s, maps, f):
+            if f.category == "agreement" and _first_split(s, maps, f):
                 continue  # the ranks were already apart: the window of the pass that split them says it
             if written.get(f.property, 0) >= MAX_TRACES_PER_PROPERTY:
                 over_cap.setdefault(f.property, set()).add(first)

@@ -1,15 +1,15 @@
 """``prefill-delayer docs``: docs/transitions.md and its picture, generated from the spec.
 
-Everything on the page is read from the code at generation time: states,
-events, reasons and effects from ``spec.table``; the Mermaid diagrams from
-``transitions``' own Mermaid engine, run on a ``GraphMachine`` that
-``fsm.machine.add_table`` fills from the table (the same function that builds
-the runtime's machine); the guard formulas by evaluating each guard's
-definition with ``TextOps`` (``docgen/textops.py``); the profile changes from
-``spec.profiles``; invariants from ``spec.invariants``; parameters from
-``spec.config.PARAMETERS``; the stamp from ``spec.hashing.spec_hash``. The
-output is deterministic: no dates, and every list is in table or definition
-order.
+Everything on the page is read from the code at generation time, policy by
+policy (``spec.registry.policies``): states, events, reasons and effects from
+the policy's table; the Mermaid diagrams from ``transitions``' own Mermaid
+engine, run on a ``GraphMachine`` that ``fsm.machine.add_table`` fills from the
+table (the same function that builds the runtime's machine); the guard formulas
+by evaluating each guard's definition with ``TextOps`` (``docgen/textops.py``);
+the profile changes from the policy's features; invariants and parameters from
+the policy; the stamp from ``spec.hashing.spec_hash``. The output is
+deterministic: no dates, and every list is in table or definition order. Each
+section is one function of a policy (``SECTIONS``).
 
 The picture (``transitions.svg``) is rendered from the same machines by
 ``transitions``' Graphviz extension through pygraphviz. Graphviz output depends
@@ -27,16 +27,17 @@ import inspect
 import re
 import sys
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from transitions.extensions.diagrams import GraphMachine
 
-from ..spec import config as config_module
-from ..spec import hashing, invariants, profiles, table
-from ..proofs import families
-from ..spec.glossary import ARG, CONFIG, LOCAL, SYMBOLS, VIEW
 from ..fsm.machine import add_table
-from ..fsm.step import INITIAL_STATE
+from ..proofs.scope import scope_line
+from ..spec import hashing
+from ..spec.glossary import ARG, CONFIG, LOCAL, VIEW
+from ..spec.policy import PROVED, Feature, Policy
+from ..spec.registry import policies, policy_of
+from ..spec.table import EVENT_DOC, EVENTS, Transition
 from .textops import TEXT, UNDOCUMENTED, Expr, Leaf, Renderer, Tree, flag_shown, guard_functions
 
 DOC_NAME = "transitions.md"
@@ -60,7 +61,7 @@ class _Labelled:
     silently mislabel an edge).
     """
 
-    def __init__(self, machine: GraphMachine, rows: Iterable[table.Transition]) -> None:
+    def __init__(self, machine: GraphMachine, rows: Iterable[Transition]) -> None:
         self._machine = machine
         self._rows = iter(rows)
 
@@ -71,24 +72,26 @@ class _Labelled:
         self._machine.add_transition(trigger, source, dest, label=edge_label(row), **kwargs)
 
 
-def decision(row: table.Transition) -> str:
+def decision(row: Transition) -> str:
+    """``delay`` (the reason a held pass gives), ``allow "wait_timeout"``, or nothing for ``finalize``."""
     if row.reason is None:
         return ""
-    return "delay" if row.dest == table.DELAYING else f'allow "{row.reason}"'
+    return f'allow "{row.reason}"' if row.allows else row.reason
 
 
-def edge_label(row: table.Transition) -> str:
+def edge_label(row: Transition) -> str:
     """``negotiate / delay``, ``negotiate / allow "wait_timeout"``, ``finalize``."""
     d = decision(row)
     return f"{row.event} / {d}" if d else row.event
 
 
-def diagram_groups() -> list[tuple[str, ...]]:
+def diagram_groups(policy: Optional[Policy] = None) -> list[tuple[str, ...]]:
     """The profiles grouped by identical transition tables (same rows, guard names, reasons, effects):
-    one diagram each, since a diagram shows exactly that."""
+    one diagram each, since a diagram shows exactly that. Every policy's, or ``policy``'s."""
     groups: dict[tuple, list[str]] = {}
-    for p in config_module.PROFILES:
-        groups.setdefault(tuple(table.build_table(p)), []).append(p)
+    for pol in policies() if policy is None else (policy,):
+        for p in pol.profile_names:
+            groups.setdefault((pol.name, tuple(pol.build_table(p))), []).append(p)
     return [tuple(g) for g in groups.values()]
 
 
@@ -99,17 +102,18 @@ def _title(group: tuple[str, ...]) -> str:
 def build_machine(group: tuple[str, ...], graph_engine: str) -> GraphMachine:
     """The group's transitions machine, built by ``add_table`` as the runtime's is, with diagram support."""
     profile = group[0]
-    rows = table.build_table(profile)
+    policy = policy_of(profile)
+    rows = policy.build_table(profile)
     machine = GraphMachine(
-        states=list(table.STATES),
-        initial=INITIAL_STATE.control,
+        states=list(policy.states),
+        initial=policy.init.control,
         auto_transitions=False,
         show_conditions=True,  # guards on the edges: add_table names each condition by its guard text
         graph_engine=graph_engine,
         # transitions writes the title as Mermaid front matter; "title: ..." makes it valid YAML.
         title=f"title: prefill-delayer FSM, {_title(group)}" if graph_engine == "mermaid" else _title(group),
     )
-    add_table(_Labelled(machine, rows), config_module.Config(profile=profile), rows)  # type: ignore[arg-type]
+    add_table(_Labelled(machine, rows), policy.config_cls(profile=profile), rows)  # type: ignore[arg-type]
     return machine
 
 
@@ -149,6 +153,7 @@ def picture_graph() -> Any:
     top.edge_attr.update(fontname="Helvetica", fontsize="10")
     previous = None
     for group, graph in graphs:
+        policy = policy_of(group[0])
         profile = group[0].replace("-", "_").replace(".", "_")
         sub = top.add_subgraph(
             name=f"cluster_{profile}", label=_title(group), labelloc="t", style="rounded", color="gray40", fontname="Helvetica-Bold"
@@ -161,8 +166,8 @@ def picture_graph() -> Any:
             attrs["label"] = attrs.get("label", "").replace(" | ", "\\l") + "\\l"
             sub.add_edge(f"{profile}_{edge[0]}", f"{profile}_{edge[1]}", **attrs)
         if previous is not None:  # stack the profiles vertically
-            top.add_edge(f"{previous}_{table.RELEASED}", f"{profile}_{INITIAL_STATE.control}", style="invis")
-        previous = profile
+            top.add_edge(f"{previous}", f"{profile}_{policy.init.control}", style="invis")
+        previous = f"{profile}_{policy.states[-1]}"
     return top
 
 
@@ -207,20 +212,33 @@ def _docline(obj: Any) -> str:
     return " ".join(para.split()).replace("``", "`")
 
 
-def tree_md(tree: Tree) -> str:
+def tree_md(tree: Tree, policy: Policy) -> str:
     if isinstance(tree, Leaf):
         return _code(tree.text)
-    return f"if {_code(flag_shown(tree.flag))}: {tree_md(tree.yes)}<br>else: {tree_md(tree.no)}"
+    return f"if {_code(flag_shown(policy, tree.flag))}: {tree_md(tree.yes, policy)}<br>else: {tree_md(tree.no, policy)}"
 
 
 def _value(v: Any) -> str:
     return _code(f'"{v}"' if isinstance(v, str) else repr(v))
 
 
+def _where(policy: Policy, part: str) -> str:
+    """The file of the policy that holds ``part`` (its ``docs`` data says; else the guards' package)."""
+    found = policy.extras.get("docs", {}).get("where", {}).get(part)
+    if found:
+        return str(found)
+    module = policy.guards.__name__.removeprefix("prefill_delayer.")
+    return module.replace(".", "/") + ".py"
+
+
+def _docs(policy: Policy, key: str, default: str = "") -> str:
+    return str(policy.extras.get("docs", {}).get(key, default))
+
+
 # ----- what differs between the profiles ---------------------------------------
 
 
-def row_formula(r: Renderer, row: table.Transition) -> Expr:
+def row_formula(r: Renderer, row: Transition) -> Expr:
     """The row's guards as one formula (each guard expanded one level)."""
     parts = []
     for lit in row.lits:
@@ -229,71 +247,141 @@ def row_formula(r: Renderer, row: table.Transition) -> Expr:
     return TEXT.And(*parts)
 
 
-def _pairs() -> list[tuple[str, str]]:
-    """Consecutive profiles, in order: every feature is introduced by one of these steps."""
-    profs = config_module.PROFILES
+def _pairs(policy: Policy) -> list[tuple[str, str]]:
+    """Consecutive profiles of a policy, in order: every feature is introduced by one of these steps."""
+    profs = policy.profile_names
     return list(zip(profs, profs[1:]))
 
 
-def feature_step(feature: profiles.Feature) -> tuple[str, str]:
+def feature_step(policy: Policy, feature: Feature) -> tuple[str, str]:
     """(without, with): the profile before the first one that has ``feature``, and that one."""
-    profs = config_module.PROFILES
-    first = next(i for i, p in enumerate(profs) if feature.id in profiles.features_of(p))
+    profs = policy.profile_names
+    first = next(i for i, p in enumerate(profs) if feature.id in policy.features_of(p))
     return profs[first - 1], profs[first]
 
 
-def profile_differences() -> tuple[list[str], list[str]]:
+def profile_differences(policy: Optional[Policy] = None) -> tuple[list[str], list[str]]:
     """Guards whose formula, and transitions that, differ between consecutive profiles, in order."""
-    renderers = {p: Renderer(p) for p in config_module.PROFILES}
-    tables = {p: {t.name: t for t in table.build_table(p)} for p in config_module.PROFILES}
+    pol = policy if policy is not None else policies()[0]
+    renderers = {p: Renderer(p) for p in pol.profile_names}
+    tables = {p: {t.name: t for t in pol.build_table(p)} for p in pol.profile_names}
     guards: list[str] = []
     rows: list[str] = []
-    for a, b in _pairs():
-        guards += [g for g in guard_functions() if renderers[a].tree(g) != renderers[b].tree(g) and g not in guards]
+    for a, b in _pairs(pol):
+        guards += [g for g in guard_functions(pol) if renderers[a].tree(g) != renderers[b].tree(g) and g not in guards]
         names = list(tables[a]) + [n for n in tables[b] if n not in tables[a]]
         rows += [n for n in names if tables[a].get(n) != tables[b].get(n) and n not in rows]
     return guards, rows
 
 
-def _shown_rows(suffix: str, names: Iterable[str]) -> list[str]:
-    return [n for n in names if any(n == f"{src}_{suffix}" for src in table.STATES)]
+def _shown_rows(policy: Policy, suffix: str, names: Iterable[str]) -> list[str]:
+    return [n for n in names if any(n == f"{src}_{suffix}" for src in policy.states)]
 
 
-def _upstream_links(numbers: Iterable[int]) -> str:
-    return ", ".join(f"[#{n}]({profiles.UPSTREAM_ISSUE_URL.format(n)})" for n in numbers)
+def _upstream_links(policy: Policy, numbers: Iterable[int]) -> str:
+    return ", ".join(f"[#{n}]({policy.upstream_url.format(n)})" for n in dict.fromkeys(numbers))
 
 
-def _feature_link(feature: profiles.Feature) -> str:
+def _feature_link(feature: Feature) -> str:
     return f"[`{feature.id}`](#{feature.id})"
 
 
-# ----- the page ----------------------------------------------------------------
+# ----- the page: one function per section, each of one policy ----------------------------
 
 
-def _releases(out: list[str]) -> None:
-    """Release -> profile -> features, and each invariant's verdict per release."""
-    add = out.append
-    add("## SGLang releases")
-    add("")
-    add(
-        "Each SGLang release's `sglang/srt/managers/prefill_delayer.py`, as published on the package registry, "
-        "is one profile of the spec (`spec/profiles.py`); `profile=\"sglang-X\"` resolves to it. The tests run "
-        "every release's own file side by side with its profile. *Features* are the policy changes the profile "
-        "has; `hardened` adds ours."
+class Page:
+    """One policy's sections, with what several of them read (renderers and tables per profile)."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.profs = policy.profile_names
+        self.tables = {p: policy.build_table(p) for p in self.profs}
+        self.renderers = {p: Renderer(p) for p in self.profs}
+        self.out: list[str] = []
+
+    def add(self, line: str) -> None:
+        self.out.append(line)
+
+    def table(self, header: tuple[str, ...], rows: Iterable[tuple[str, ...]]) -> None:
+        self.out += _table(header, rows)
+
+
+def section_states(page: Page) -> None:
+    pol = page.policy
+    page.add("## States and events")
+    page.add("")
+    page.table(("state", "meaning"), ((_code(s) + (" (initial)" if s == pol.init.control else ""), pol.state_doc[s]) for s in pol.states))
+    page.add("")
+    page.table(("event", "meaning"), ((_code(e), EVENT_DOC[e]) for e in EVENTS))
+    page.add("")
+    page.add(
+        "The guards of `negotiate` from each source state are mutually exclusive and exhaustive "
+        "(the `guards-partition` invariant), so the order of the rows does not matter."
     )
+    page.add("")
+
+
+def section_diagrams(page: Page) -> None:
+    page.add("## Diagrams")
+    page.add("")
+    page.add(
+        'The Mermaid text `transitions` emits itself (`GraphMachine(graph_engine="mermaid")`, `show_conditions=True`) '
+        "for each distinct machine; each edge lists its rows as `event / decision [guards]`, separated by `|`. "
+        "Profiles whose tables have the same rows share a diagram; their guards may still differ (see below)."
+    )
+    for g in diagram_groups(page.policy):
+        page.add("")
+        page.add(f"### {_title(g)}")
+        page.add("")
+        page.add("```mermaid")
+        page.out += mermaid(g).splitlines()
+        page.add("```")
+    page.add("")
+
+
+def section_profiles(page: Page) -> None:
+    pol = page.policy
+    page.add("## Profiles")
+    page.add("")
+    page.table(
+        ("profile", "what it is", "features"),
+        (
+            (_code(p.name), p.summary, ", ".join(_feature_link(f) for f in pol.features if f.id in p.features) or "none")
+            for p in pol.profiles
+        ),
+    )
+    page.add("")
+    _features(page)
+    _releases(page)
+
+
+def _releases(page: Page) -> None:
+    """Release -> profile -> features, and each invariant's verdict per release."""
+    pol = page.policy
+    engine = _docs(pol, "engine", "Engine")
+    add = page.add
+    add(f"## {engine} releases")
+    add("")
+    add(_docs(pol, "releases_intro"))
     add("")
     rows = []
-    for release, name in profiles.RELEASES.items():
-        feats = [f for f in profiles.FEATURES if f.id in profiles.features_of(name)]
-        shown = ", ".join(f"{_feature_link(f)} (since {f.since})" for f in feats) or "none: the seed"
-        links = _upstream_links(n for f in feats for n in f.upstream)
+    releases = [(r, p.name) for p in pol.profiles for r in p.releases]
+    for release, name in releases:
+        feats = [f for f in pol.features if f.id in pol.features_of(name)]
+        shown = ", ".join(f"{_feature_link(f)} (since {f.since})" for f in feats) or _docs(pol, "no_features", "none")
+        links = _upstream_links(pol, (n for f in feats for n in f.upstream))
         rows.append((f"`{release}`", _code(name), shown, links or "—"))
-    ours = [f for f in profiles.FEATURES if f.since is None]
-    rows.append(
-        ("—", _code("hardened"), "every feature above, plus " + ", ".join(_feature_link(f) for f in ours),
-         _upstream_links(n for f in profiles.FEATURES for n in f.upstream))
-    )
-    out += _table(("release", "profile", "features", "upstream"), rows)
+    ours = [f for f in pol.features if f.since is None]
+    upstream = [f for f in pol.features if f.since is not None]
+    for p in pol.profiles:
+        if p.releases:
+            continue
+        theirs = [f for f in upstream if f.id in p.features]
+        mine = [f for f in ours if f.id in p.features]
+        lead = "every feature above, plus " if theirs and len(theirs) == len(upstream) else ""
+        rows.append(("—", _code(p.name), lead + ", ".join(_feature_link(f) for f in (mine if lead else theirs + mine)),
+                     _upstream_links(pol, (n for f in pol.features if f.id in p.features for n in f.upstream)) or "—"))
+    page.table(("release", "profile", "features", "upstream"), rows)
     add("")
     add(
         "The verdict of each invariant for each release: the status `prefill-delayer prove` establishes for the "
@@ -301,43 +389,48 @@ def _releases(out: list[str]) -> None:
         "trace that `prefill-delayer replay` reproduces and that the release's own code reproduces too."
     )
     add("")
-    releases = list(profiles.RELEASES.items())
-    out += _table(
-        ("invariant", *(r for r, _ in releases), "hardened"),
-        ((_code(inv.id), *(inv.expected[p] for _, p in releases), inv.expected["hardened"]) for inv in invariants.CATALOGUE),
+    ours_profiles = [p.name for p in pol.profiles if not p.releases]
+    page.table(
+        ("invariant", *(r for r, _ in releases), *ours_profiles),
+        ((_code(inv.id), *(inv.expected[p] for _, p in releases), *(inv.expected[p] for p in ours_profiles)) for inv in pol.invariants),
     )
     add("")
 
 
-def _features(out: list[str], renderers: dict[str, Renderer], tables: dict[str, Any]) -> None:
+def _features(page: Page) -> None:
     """Each feature: its words, and the derived formulas and rows without and with it."""
-    add = out.append
+    pol, renderers, tables = page.policy, page.renderers, page.tables
+    add = page.add
+    where = _where(pol, "features")
     add("### Features, and why")
     add("")
     add(
-        "Each feature below is data in `spec/profiles.py`; the formulas and transitions beside it are derived "
+        f"Each feature below is data in `{where}`; the formulas and transitions beside it are derived "
         "from the guards and the table of the profile just before the first one that has it, and of that profile."
     )
-    diff_guards, diff_rows = profile_differences()
+    diff_guards, diff_rows = profile_differences(pol)
     covered_guards: set[str] = set()
     covered_rows: set[str] = set()
-    all_rows = list(dict.fromkeys(t.name for p in config_module.PROFILES for t in tables[p]))
-    for i, feature in enumerate(profiles.FEATURES, 1):
-        without, with_ = feature_step(feature)
+    all_rows = list(dict.fromkeys(t.name for p in pol.profile_names for t in tables[p]))
+    guards = guard_functions(pol)
+    engine = _docs(pol, "engine", "Engine")
+    for i, feature in enumerate(pol.features, 1):
+        without, with_ = feature_step(pol, feature)
         add("")
         add(f'<a id="{feature.id}"></a>')
         add("")
         add(f"#### {i}. {feature.topic} (`{feature.id}`)")
         add("")
-        since = f"SGLang {feature.since}" if feature.since else "ours: in `hardened` only"
+        having = [p.name for p in pol.profiles if not p.releases and feature.id in p.features]
+        since = f"{engine} {feature.since}" if feature.since else f"ours: in {', '.join(f'`{p}`' for p in having)} only"
         add(f"Since: {since}.")
         add("")
         body: list[tuple[str, ...]] = [("behaviour", feature.before, feature.after)]
         for name in feature.shows_in:
-            if name in guard_functions():
+            if name in guards:
                 covered_guards.add(name)
-                body.append((f"guard `{name}`", *(tree_md(renderers[p].tree(name)) for p in (without, with_))))
-            for rname in _shown_rows(name, all_rows):
+                body.append((f"guard `{name}`", *(tree_md(renderers[p].tree(name), pol) for p in (without, with_))))
+            for rname in _shown_rows(pol, name, all_rows):
                 covered_rows.add(rname)
                 cells = []
                 for p in (without, with_):
@@ -347,27 +440,28 @@ def _features(out: list[str], renderers: dict[str, Renderer], tables: dict[str, 
                     else:
                         cells.append(f"{_code(row_formula(renderers[p], row).text)} → `{row.dest}`, {decision(row)}")
                 body.append((f"transition `{rname}`", *cells))
-        if feature.invariant in invariants.BY_ID:
-            inv = invariants.BY_ID[feature.invariant]
+        inv = pol.invariant(feature.invariant) if feature.invariant else None
+        if inv is not None:
             body.append((f"invariant `{inv.id}` (proved / refuted)", *(inv.expected[p] for p in (without, with_))))
-        out += _table(("", f"without (`{without}`)", f"with (`{with_}`)"), body)
+        page.table(("", f"without (`{without}`)", f"with (`{with_}`)"), body)
         add("")
         why = feature.why if feature.why.endswith(".") else feature.why + "."
-        links = _upstream_links(feature.upstream)
+        links = _upstream_links(pol, feature.upstream)
         add(f"Why: {why}" + (f" Upstream: {links}." if links else ""))
     unexplained = [f"guard `{g}`" for g in diff_guards if g not in covered_guards]
     unexplained += [f"transition `{r}`" for r in diff_rows if r not in covered_rows]
     if unexplained:
         add("")
-        add("#### Other differences (not yet explained in `spec/profiles.py`)")
+        add(f"#### Other differences (not yet explained in `{where}`)")
         add("")
         for item in unexplained:
             add(f"- {item}")
     add("")
 
 
-def _table_rows(r: Renderer, rows: Iterable[table.Transition]) -> list[tuple[str, ...]]:
+def _table_rows(r: Renderer, rows: Iterable[Transition]) -> list[tuple[str, ...]]:
     out = []
+    pol = r.policy
     for t in rows:
         formula = row_formula(r, t).text if t.lits else "always"
         out.append(
@@ -378,31 +472,123 @@ def _table_rows(r: Renderer, rows: Iterable[table.Transition]) -> list[tuple[str
                 _code(t.guard_text()),
                 _code(formula),
                 _code(t.dest),
-                "—" if t.reason is None else ("allow" if t.allows else "delay"),
+                "—" if t.reason is None else ("allow" if t.allows else t.reason),
                 "—" if t.reason is None else _code(f'"{t.reason}"'),
-                _effect(t),
+                _effect(pol, t),
             )
         )
     return out
 
 
+def section_tables(page: Page) -> None:
+    """Transition tables, one per profile whose rendered rows differ from the previous profile's."""
+    page.add("## Transition tables")
+    page.add("")
+    page.add(
+        "One row per transition of the profile's table. *Guards* are the table's guard names (as on the "
+        "diagram's edges); *as a formula* expands each guard one level from its definition (see "
+        "[Guards](#guards)); a row fires when its guards all hold. Profiles whose rows read the same share a table."
+    )
+    shown: dict[tuple, list[str]] = {}
+    for p in page.profs:
+        shown.setdefault(tuple(_table_rows(page.renderers[p], page.tables[p])), []).append(p)
+    for rows, names in shown.items():
+        page.add("")
+        page.add(f"### {', '.join(names)}")
+        page.add("")
+        page.table(("transition", "source", "event", "guards", "as a formula", "destination", "decision", "reason", "effect"), rows)
+    page.add("")
+
+
+def section_guards(page: Page) -> None:
+    pol, renderers, profs = page.policy, page.renderers, page.profs
+    page.add("## Guards")
+    page.add("")
+    page.add(
+        f"Every function of `{_where(pol, 'guards')}`, rendered by running its definition on symbolic inputs. A call to "
+        "another guard shows by that guard's name (or inline when it is a single comparison); `if X:` marks a "
+        "structural configuration switch. *(same)* means: as in the column to its left."
+    )
+    page.add("")
+    page.add("### Symbols")
+    page.add("")
+    where = {VIEW: "gathered view (`View`)", LOCAL: "this rank (`Local`)", CONFIG: "configuration (`Config`)", ARG: "guard argument"}
+    sym_rows = [(_code(s.shown), s.meaning + ("; a structural switch" if s.flag else ""), f"{where[s.scope]} `{s.attr}`") for s in pol.symbols]
+    missing = sorted(set().union(*(r.missing for r in renderers.values())))
+    sym_rows += [(_code(attr), UNDOCUMENTED, f"{where.get(scope, scope)} `{attr}`") for scope, attr in missing]
+    page.table(("symbol", "meaning", "read from"), sym_rows)
+    page.add("")
+    page.add("### Definitions")
+    page.add("")
+    g_rows = []
+    for name, fn in guard_functions(pol).items():
+        cells = [tree_md(renderers[p].tree(name), pol) for p in profs]
+        shown_cells = [cells[0]] + ["*(same)*" if c == prev else c for prev, c in zip(cells, cells[1:])]
+        g_rows.append((_code(name), _docline(fn), *shown_cells))
+    page.table(("guard", "meaning", *profs), g_rows)
+    page.add("")
+
+
+def section_invariants(page: Page) -> None:
+    pol, profs = page.policy, page.profs
+    page.add("## Invariants")
+    page.add("")
+    page.add(f"The proof catalogue (`{_where(pol, 'invariants')}`) with the status `prefill-delayer prove` must establish per profile.")
+    page.add("")
+    agg = pol.invariant("aggregate-view")
+    layouts = agg is not None and all(s == PROVED for s in agg.expected.values())
+    page.add(
+        "What the proofs range over, as `prefill-delayer prove` prints it (generated from the families the "
+        f"checks are built from, `{_where(pol, 'scope')}`):"
+    )
+    page.add("")
+    page.add(f"> {scope_line(profs, {}, layouts)}")
+    page.add("")
+    page.table(
+        ("id", "statement", *profs, "note"),
+        ((_code(inv.id), inv.statement, *(inv.expected.get(p, "") for p in profs), inv.note) for inv in pol.invariants),
+    )
+    page.add("")
+
+
+def section_parameters(page: Page) -> None:
+    page.add("## Configuration parameters")
+    page.add("")
+    page.add(f"From `PARAMETERS` in `{_where(page.policy, 'parameters')}`, which the constructor's validation reads.")
+    page.add("")
+    page.table(("parameter", "default", "valid values"), ((_code(q.name), _value(q.default), q.valid) for q in page.policy.params))
+    page.add("")
+
+
+SECTIONS: tuple[Callable[[Page], None], ...] = (
+    section_states, section_diagrams, section_profiles, section_tables, section_guards, section_invariants, section_parameters,
+)
+
+
+def section_policy(page: Page) -> None:
+    """A policy's heading, then its sections."""
+    pol = page.policy
+    page.add(f"# {pol.title} (`{pol.name}`)")
+    page.add("")
+    page.add(f"{pol.summary[0].upper()}{pol.summary[1:]}. Read from: {pol.source}.")
+    page.add("")
+    for section in SECTIONS:
+        section(page)
+
+
 def generate() -> str:
     """The whole of docs/transitions.md, from the spec and the transitions machines."""
-    profs = tuple(config_module.PROFILES)
     h = hashing.spec_hash()
-    tables = {p: table.build_table(p) for p in profs}
-    renderers = {p: Renderer(p) for p in profs}
     groups = diagram_groups()
     out: list[str] = []
     add = out.append
-
     add(f"<!-- Generated by `prefill-delayer docs` from spec/ (spec hash {h}). Do not edit by hand. -->")
     add("")
-    add("# prefill-delayer: the transition system")
+    add("# prefill-delayer: the transition systems")
     add("")
     add(
         f"Generated from the spec (`spec/`, spec hash `{h}`) and from the `transitions` state machine that "
-        "`fsm.machine.add_table` builds from the spec's table. Every state, event, guard, reason, effect, "
+        "`fsm.machine.add_table` builds from each policy's table. Every state, event, guard, reason, effect, "
         "invariant, profile, release and parameter below is read from the code; each guard's formula is obtained "
         "by evaluating the guard's own definition on symbolic inputs (`docgen/textops.py`). Regenerate with "
         "`prefill-delayer docs`; `prefill-delayer docs --check` fails when this page is stale."
@@ -416,131 +602,15 @@ def generate() -> str:
         "`event / decision [guards]`; the highlighted state is the initial one.*"
     )
     add("")
-
-    # states and events
-    add("## States and events")
+    add("Policies on this page:")
     add("")
-    out += _table(
-        ("state", "meaning"),
-        ((_code(s) + (" (initial)" if s == INITIAL_STATE.control else ""), table.STATE_DOC[s]) for s in table.STATES),
-    )
+    for pol in policies():
+        add(f"- {pol.title} (`{pol.name}`): profiles {', '.join(f'`{p}`' for p in pol.profile_names)}")
     add("")
-    out += _table(("event", "meaning"), ((_code(e), table.EVENT_DOC[e]) for e in table.EVENTS))
-    add("")
-    add(
-        "The guards of `negotiate` from each source state are mutually exclusive and exhaustive "
-        "(the `guards-partition` invariant), so the order of the rows does not matter."
-    )
-    add("")
-
-    # mermaid
-    add("## Diagrams")
-    add("")
-    add(
-        'The Mermaid text `transitions` emits itself (`GraphMachine(graph_engine="mermaid")`, `show_conditions=True`) '
-        "for each distinct machine; each edge lists its rows as `event / decision [guards]`, separated by `|`. "
-        "Profiles whose tables have the same rows share a diagram; their guards may still differ (see below)."
-    )
-    for g in groups:
-        add("")
-        add(f"### {_title(g)}")
-        add("")
-        add("```mermaid")
-        out += mermaid(g).splitlines()
-        add("```")
-    add("")
-
-    # profiles
-    add("## Profiles")
-    add("")
-    out += _table(
-        ("profile", "what it is", "features"),
-        (
-            (
-                _code(p.name),
-                p.summary,
-                ", ".join(_feature_link(f) for f in profiles.FEATURES if f.id in p.features) or "none",
-            )
-            for p in profiles.PROFILE_DEFS
-        ),
-    )
-    add("")
-    _features(out, renderers, tables)
-    _releases(out)
-
-    # transition tables, one per profile whose rendered rows differ from the previous profile's
-    add("## Transition tables")
-    add("")
-    add(
-        "One row per transition of the profile's table. *Guards* are the table's guard names (as on the "
-        "diagram's edges); *as a formula* expands each guard one level from its definition (see "
-        "[Guards](#guards)); a row fires when its guards all hold. Profiles whose rows read the same share a table."
-    )
-    shown: dict[tuple, list[str]] = {}
-    for p in profs:
-        shown.setdefault(tuple(_table_rows(renderers[p], tables[p])), []).append(p)
-    for rows, names in shown.items():
-        add("")
-        add(f"### {', '.join(names)}")
-        add("")
-        out += _table(("transition", "source", "event", "guards", "as a formula", "destination", "decision", "reason", "effect"), rows)
-    add("")
-
-    # guards
-    add("## Guards")
-    add("")
-    add(
-        "Every function of `spec/guards.py`, rendered by running its definition on symbolic inputs. A call to "
-        "another guard shows by that guard's name (or inline when it is a single comparison); `if X:` marks a "
-        "structural configuration switch. *(same)* means: as in the column to its left."
-    )
-    add("")
-    add("### Symbols")
-    add("")
-    where = {VIEW: "gathered view (`View`)", LOCAL: "this rank (`Local`)", CONFIG: "configuration (`Config`)", ARG: "guard argument"}
-    sym_rows = [(_code(s.shown), s.meaning + ("; a structural switch" if s.flag else ""), f"{where[s.scope]} `{s.attr}`") for s in SYMBOLS]
-    missing = sorted(set().union(*(r.missing for r in renderers.values())))
-    sym_rows += [(_code(attr), UNDOCUMENTED, f"{where.get(scope, scope)} `{attr}`") for scope, attr in missing]
-    out += _table(("symbol", "meaning", "read from"), sym_rows)
-    add("")
-    add("### Definitions")
-    add("")
-    g_rows = []
-    for name, fn in guard_functions().items():
-        cells = [tree_md(renderers[p].tree(name)) for p in profs]
-        shown_cells = [cells[0]] + ["*(same)*" if c == prev else c for prev, c in zip(cells, cells[1:])]
-        g_rows.append((_code(name), _docline(fn), *shown_cells))
-    out += _table(("guard", "meaning", *profs), g_rows)
-    add("")
-
-    # invariants
-    add("## Invariants")
-    add("")
-    add("The proof catalogue (`spec/invariants.py`) with the status `prefill-delayer prove` must establish per profile.")
-    add("")
-    layouts = all(s == invariants.PROVED for s in invariants.BY_ID["aggregate-view"].expected.values())
-    add(
-        "What the proofs range over, as `prefill-delayer prove` prints it (generated from the families the "
-        "checks are built from, `proofs/families.py`):"
-    )
-    add("")
-    add(f"> {families.scope_line(profs, families.Scope(), layouts)}")
-    add("")
-    out += _table(
-        ("id", "statement", *profs, "note"),
-        ((_code(inv.id), inv.statement, *(inv.expected.get(p, "") for p in profs), getattr(inv, "note", "")) for inv in invariants.CATALOGUE),
-    )
-    add("")
-
-    # parameters
-    add("## Configuration parameters")
-    add("")
-    add("From `PARAMETERS` in `spec/config.py`, which the constructor's validation reads.")
-    add("")
-    out += _table(("parameter", "default", "valid values"), ((_code(q.name), _value(q.default), q.valid) for q in config_module.PARAMETERS))
-    add("")
-
-    # staleness
+    for pol in policies():
+        page = Page(pol)
+        section_policy(page)
+        out += page.out
     add("## Keeping this page current")
     add("")
     add(
@@ -555,13 +625,9 @@ def generate() -> str:
     return "\n".join(out) + "\n"
 
 
-def _effect(t: table.Transition) -> str:
-    parts = []
-    if t.count_effect != table.KEEP:
-        parts.append(table.EFFECT_DOC[t.count_effect])
-    if t.skip_effect != table.KEEP:
-        parts.append(table.EFFECT_DOC[t.skip_effect])
-    return "; ".join(_code(p) for p in parts) if parts else table.EFFECT_DOC[table.KEEP]
+def _effect(policy: Policy, t: Transition) -> str:
+    parts = [policy.effect_doc[e] for e in t.effects]
+    return "; ".join(_code(p) for p in parts) if parts else policy.keep_doc
 
 
 # ----- the command --------------------------------------------------------------
@@ -569,7 +635,7 @@ def _effect(t: table.Transition) -> str:
 
 def repo_docs_dir() -> Path:
     """The checkout's docs/ folder: the repository root is the parent of the spec/ folder."""
-    root = Path(table.__file__).resolve().parent.parent
+    root = Path(hashing.__file__).resolve().parent.parent
     if not ((root / "pyproject.toml").is_file() and (root / "spec").is_dir() and (root / "fsm").is_dir()):
         raise DocsError(
             f"cannot find the repository's docs/ folder: the package is not running from a checkout ({root}); "

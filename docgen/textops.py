@@ -27,10 +27,10 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Union
 
-from ..spec import guards as guards_module
-from ..spec.glossary import ARG, CONFIG, LOCAL, SYMBOLS, VIEW
-from ..spec.profiles import features_of
 from ..fsm.operators import Operators
+from ..spec.glossary import ARG, CONFIG, LOCAL, VIEW
+from ..spec.ops import Ops
+from ..spec.registry import policy_of
 
 # Binding strength, loosest first (as in Python).
 IFEXP, OR, AND, NOT, CMP, ADD, MUL, UNARY, ATOM = range(9)
@@ -209,25 +209,30 @@ TEXT = TextOps()
 
 # ----- symbolic stand-ins for c, v, s ----------------------------------------
 
-_BY_SCOPE: dict[str, dict[str, Any]] = {}
-for _sym in SYMBOLS:
-    _BY_SCOPE.setdefault(_sym.scope, {})[_sym.attr] = _sym
+def by_scope(policy: Any) -> dict[str, dict[str, Any]]:
+    """The policy's glossary, by scope and attribute."""
+    out: dict[str, dict[str, Any]] = {}
+    for sym in policy.symbols:
+        out.setdefault(sym.scope, {})[sym.attr] = sym
+    return out
 
-UNDOCUMENTED = "undocumented: add it to spec/glossary.py"
+
+UNDOCUMENTED = "undocumented: add it to the policy's glossary (Policy.symbols)"
 
 
 class _Symbolic:
     """Attribute access yields the glossary's symbol; unknown attributes render under their own name."""
 
-    def __init__(self, scope: str, branches: Branches, missing: set) -> None:
+    def __init__(self, scope: str, branches: Branches, missing: set, symbols: dict[str, dict[str, Any]]) -> None:
         self._scope = scope
         self._branches = branches
         self._missing = missing
+        self._symbols = symbols
 
     def __getattr__(self, attr: str) -> Expr:
         if attr.startswith("_"):
             raise AttributeError(attr)
-        sym = _BY_SCOPE.get(self._scope, {}).get(attr)
+        sym = self._symbols.get(self._scope, {}).get(attr)
         if sym is None:
             self._missing.add((self._scope, attr))
             return Expr(attr)
@@ -239,10 +244,10 @@ class _Symbolic:
 class SymConfig(_Symbolic):
     """The configuration of one profile: the profile is concrete, everything else symbolic."""
 
-    def __init__(self, profile: str, branches: Branches, missing: set) -> None:
-        super().__init__(CONFIG, branches, missing)
+    def __init__(self, profile: str, branches: Branches, missing: set, symbols: dict[str, dict[str, Any]]) -> None:
+        super().__init__(CONFIG, branches, missing, symbols)
         self.profile = profile
-        self.features = features_of(profile)
+        self.features = policy_of(profile).features_of(profile)
 
 
 # ----- rendering a guard -----------------------------------------------------
@@ -266,21 +271,13 @@ class Case:
 Tree = Union[Leaf, Case]
 
 
-def guard_functions() -> dict[str, Callable[..., Any]]:
-    """Every public function of ``spec.guards``, in definition order (read now, so patches show),
-    except the helpers it imports from the rest of the spec (``profiles.has``)."""
-    package = guards_module.__name__.rpartition(".")[0]
-    return {
-        name: fn
-        for name, fn in vars(guards_module).items()
-        if not name.startswith("_")
-        and isinstance(fn, types.FunctionType)
-        and (fn.__module__ == guards_module.__name__ or not fn.__module__.startswith(package + "."))
-    }
+def guard_functions(policy: Any) -> dict[str, Callable[..., Any]]:
+    """Every guard of ``policy``, in definition order (read now, so patches show)."""
+    return policy.guard_functions()  # type: ignore[no-any-return]
 
 
-def flag_shown(name: str) -> str:
-    sym = _BY_SCOPE.get(CONFIG, {}).get(name)
+def flag_shown(policy: Any, name: str) -> str:
+    sym = by_scope(policy).get(CONFIG, {}).get(name)
     return sym.shown if sym is not None else name
 
 
@@ -289,7 +286,9 @@ class Renderer:
 
     def __init__(self, profile: str) -> None:
         self.profile = profile
-        self.functions = guard_functions()
+        self.policy = policy_of(profile)
+        self.symbols = by_scope(self.policy)
+        self.functions = guard_functions(self.policy)
         self.missing: set = set()  # (scope, attr) read by a guard but not in the glossary
         self._trees: dict[str, Tree] = {}
         self._active: list[str] = []
@@ -338,17 +337,17 @@ class Renderer:
 
     def _run(self, name: str, branches: Branches) -> Expr:
         fn = self.functions[name]
-        c = SymConfig(self.profile, branches, self.missing)
+        c = SymConfig(self.profile, branches, self.missing, self.symbols)
         symbols = {
             "o": TEXT,
             "c": c,
-            "v": _Symbolic(VIEW, branches, self.missing),
-            "s": _Symbolic(LOCAL, branches, self.missing),
+            "v": _Symbolic(VIEW, branches, self.missing, self.symbols),
+            "s": _Symbolic(LOCAL, branches, self.missing, self.symbols),
         }
         args = []
         for param in inspect.signature(fn).parameters:
             if param not in symbols:
-                symbols[param] = _Symbolic(ARG, branches, self.missing).__getattr__(param)
+                symbols[param] = _Symbolic(ARG, branches, self.missing, self.symbols).__getattr__(param)
             args.append(symbols[param])
         standard = tuple(symbols[k] for k in ("c", "v", "s"))
         return lift(self._rebound(fn, name, standard)(*args))
@@ -373,3 +372,6 @@ class Renderer:
         rebound = types.FunctionType(fn.__code__, {**fn.__globals__, **stubs}, fn.__name__, fn.__defaults__, fn.__closure__)
         rebound.__kwdefaults__ = fn.__kwdefaults__
         return rebound
+
+
+_checked: Ops = TEXT  # mypy: the formula layer implements the operator interface

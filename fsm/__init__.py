@@ -1,7 +1,7 @@
-"""The ``transitions`` machine, a pure step function and the compiled step, all built from ``spec``'s table."""
+"""The ``transitions`` machine, a pure step and the compiled step, all built from a policy's table."""
 
 from .compiled import CompiledStep
 from .machine import DelayerMachine, add_table
-from .step import INITIAL_STATE, Decision, State, decide, finalize, local_for, select, step
+from .step import Step
 
-__all__ = ["CompiledStep", "DelayerMachine", "Decision", "INITIAL_STATE", "State", "add_table", "decide", "finalize", "local_for", "select", "step"]
+__all__ = ["CompiledStep", "DelayerMachine", "Step", "add_table"]

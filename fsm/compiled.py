@@ -11,12 +11,12 @@ How: ``SrcOps`` is a fourth reading of the operator layer (after ``PyOps``,
 ``Z3Ops`` and ``TextOps``) whose values are Python *source* (``Src``). The
 configuration is concrete, so its structural ``if``\\ s are decided and its
 numbers become literals; the rows, this rank's state and the clock are
-symbolic names. Running the spec's own functions on them —
-``view.local_row``, ``view.gathered_view``, each table row's guard functions
+symbolic names. Running the policy's own functions on them —
+``local_row``, ``gathered_view``, each table row's guard functions
 in table order (laid out as a decision tree, see ``_Generator.select``),
-``step.decide`` for the fired row's effects, ``step.local_for`` for what the
+``decide`` for the fired row's effects, ``local_for`` for what the
 guards see of the state — yields the source, which is compiled once per
-delayer. Nothing here states a guard: change one in ``spec/guards.py``
+delayer. Nothing here states a guard or names a policy: change a guard
 and the compiled code changes with it (``tests/test_compiled.py`` checks both
 that and agreement with the machine on random passes).
 
@@ -33,12 +33,10 @@ import math
 import re
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from ..spec.config import Config
-from ..spec.inputs import PassInput
-from ..spec.table import FINALIZE, STATES, Table, Transition, build_table
-from ..spec.view import ROW_LEN, Local, View, gathered_view, local_row
+from ..spec.fields import BOOL
+from ..spec.ops import Ops
+from ..spec.table import FINALIZE, Table, Transition
 from .operators import Operators
-from .step import Decision, State, decide, local_for
 
 
 class Src(Operators):
@@ -202,28 +200,51 @@ _INLINE_UP_TO = 4
 def _strided(xs: Sequence[Any]) -> Optional[str]:
     """``flat[a:b:k]`` when ``xs`` are ``flat[a]``, ``flat[a + k]``, ... (one field of evenly spaced
     rows, as every aggregate over ranks is): one slice instead of an expression per rank."""
-    indices = [x.index if isinstance(x, Src) else None for x in xs]
-    if len(indices) <= _INLINE_UP_TO or None in indices:
+    found = [x.index if isinstance(x, Src) else None for x in xs]
+    if len(found) <= _INLINE_UP_TO or None in found:
         return None  # a few indexings are cheaper than building a slice
+    indices = [i for i in found if i is not None]
     step = indices[1] - indices[0]
     if step <= 0 or any(b - a != step for a, b in zip(indices, indices[1:])):
         return None
     return f"{_FLAT}[{indices[0]}:{indices[-1] + 1}:{step}]"
 
 # Names in the generated source.
-_FLAT, _NOW, _MRR = "flat", "now", "mrr"
-_INPUT_NAMES = ("lp", "tu", "rb", "pb", "mrr", "wq")  # PassInput's fields, in order
-_STATE_NAMES = ("control", "dc", "ws", "skip")  # State's fields, in order
+_FLAT, _NOW = "flat", "now"
 
 
-def _symbolic_state(control: str) -> State:
-    """``State`` at ``control`` with its variables as the generated function's names."""
-    return State(control, Src(_STATE_NAMES[1]), Src(_STATE_NAMES[2]), Src(_STATE_NAMES[3], is_bool=True))
+class _Unavailable:
+    """An input ``negotiate`` is not given (only the policy's ``local_inputs`` are): any use is a bug of the policy."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        raise TypeError(f"local_for read input {self.name!r}, which is not among the policy's local_inputs")
 
 
-def _symbolic_local(control: str) -> Local:
-    """What the guards see of a state at ``control``: ``fsm.step.local_for`` on the names."""
-    return local_for(_symbolic_state(control), Src(_NOW), Src(_MRR))
+def _input_names(policy: Any) -> list[str]:
+    return [f"i_{f.sym_name}" for f in policy.inputs]
+
+
+def _state_names(policy: Any) -> list[str]:
+    return ["control"] + [f.sym_name for f in policy.state_fields]
+
+
+def _symbolic_state(policy: Any, control: str) -> Any:
+    """The policy's ``State`` at ``control`` with its variables as the generated function's names."""
+    return policy.state_cls(control, *(Src(f.sym_name, is_bool=f.kind == BOOL) for f in policy.state_fields))
+
+
+def _symbolic_input(policy: Any, local_only: bool) -> Any:
+    """The policy's input with every field (or only its ``local_inputs``) as the generated function's names."""
+    values: list[Any] = []
+    for f, name in zip(policy.inputs, _input_names(policy)):
+        if local_only and f.name not in policy.local_inputs:
+            values.append(_Unavailable(f.name))
+        else:
+            values.append(Src(name, is_bool=f.kind == BOOL))
+    return policy.input_cls(*values)
 
 
 def _indent(lines: Sequence[str], n: int) -> list[str]:
@@ -245,21 +266,28 @@ def _learn(facts: dict[str, bool], x: Src, value: bool) -> dict[str, bool]:
 class _Generator:
     """Generates the source of one configuration's ``row``, ``negotiate`` and ``finalize``."""
 
-    def __init__(self, c: Config, table: Table) -> None:
+    def __init__(self, c: Any, table: Table, row_len: int) -> None:
         self.c = c
+        self.policy = c.policy
         self.table = table
+        self.row_len = row_len
         self.o = SrcOps()
-        rows = [[Src(f"{_FLAT}[{i}]", index=i) for i in range(r * ROW_LEN, (r + 1) * ROW_LEN)] for r in range(c.world_size)]
+        rows = [[Src(f"{_FLAT}[{i}]", index=i) for i in range(r * row_len, (r + 1) * row_len)] for r in range(c.world_size)]
         # The view's fields, each computed (once) where a path first needs it.
         self.view_defs: dict[str, str] = {}
         names: dict[str, Any] = {}
-        for name, value in gathered_view(self.o, c, rows)._asdict().items():
+        for name, value in self.policy.gathered_view(self.o, c, rows)._asdict().items():
             if isinstance(value, Src):
                 self.view_defs[f"v_{name}"] = value.code
                 names[name] = Src(f"v_{name}", value.is_bool)
             else:
                 names[name] = value  # known for this configuration (the number of counted rows)
-        self.view = View(**names)
+        self.view = self.policy.view_cls(**names)
+
+    def _local(self, control: str, local_only: bool = True) -> Any:
+        """What the guards see of a state at ``control``: the policy's ``local_for`` on the names."""
+        p = self.policy
+        return p.local_for(self.o, _symbolic_state(p, control), Src(_NOW), _symbolic_input(p, local_only))
 
     def _define(self, code: str, defined: frozenset) -> tuple[list[str], frozenset]:
         """Assignments of the view fields ``code`` reads that this path has not computed yet."""
@@ -267,16 +295,16 @@ class _Generator:
         lines = [f"{name} = {expr}" for name, expr in self.view_defs.items() if name in needed]
         return lines, defined | needed
 
-    def _decision(self, t: Transition, local: Local, facts: dict[str, bool]) -> str:
-        """``Decision(State(...), ...)`` of the fired row, as ``fsm.step.decide`` computes it."""
+    def _decision(self, t: Transition, local: Any, facts: dict[str, bool]) -> str:
+        """``Decision(State(...), ...)`` of the fired row, as the policy's ``decide`` computes it."""
         self.o.facts = facts
-        d = decide(self.c, t, self.view, local, self.o)
+        d = self.policy.decide(self.o, self.c, t, self.view, local)
         state = ", ".join(lit(x) for x in d.next_state)
         rest = ", ".join(lit(x) for x in d[1:])
         return f"_new(_Decision, (_new(_State, ({state})), {rest}))"
 
     def select(
-        self, rows: Sequence[Transition], local: Local, known: dict[str, bool], facts: dict[str, bool], defined: frozenset
+        self, rows: Sequence[Transition], local: Any, known: dict[str, bool], facts: dict[str, bool], defined: frozenset
     ) -> list[str]:
         """Source that returns the decision of the first row of ``rows`` whose guards all hold.
 
@@ -290,7 +318,7 @@ class _Generator:
         """
         live = [t for t in rows if all(known.get(lit.guard, lit.positive) == lit.positive for lit in t.lits)]
         if not live:
-            return ["raise _NoTransition(state, now, mrr, flat)"]
+            return ["raise _NoTransition(state, now, flat)"]
         first = live[0]
         pending = [(lit, fn) for lit, fn in zip(first.lits, first.fns) if lit.guard not in known]
         if not pending:
@@ -313,29 +341,31 @@ class _Generator:
         ]
 
     def source(self, row_tail: Sequence[int]) -> str:
-        c, table, o = self.c, self.table, self.o
-        inp = PassInput(*(Src(n, is_bool=(n == "lp")) for n in _INPUT_NAMES))
-        sources = [s for s in STATES if table.by_source[s]]  # the states ``negotiate`` leaves from
+        c, table, o, p = self.c, self.table, self.o, self.policy
+        inp = _symbolic_input(p, local_only=False)
+        inputs = _input_names(p)
+        local_args = [n for f, n in zip(p.inputs, inputs) if f.name in p.local_inputs]
+        states = _state_names(p)
         out: list[str] = []
 
-        # row(state, now, lp, tu, rb, pb, mrr, wq) -> this rank's row: local_row's fields, then row_tail.
-        out.append(f"def row(state, {_NOW}, {', '.join(_INPUT_NAMES)}):")
-        out.append(f"    {', '.join(_STATE_NAMES)} = state")
-        for i, src in enumerate(sources):
+        # row(state, now, *inputs) -> this rank's row: local_row's fields, then row_tail.
+        out.append(f"def row(state, {_NOW}, {', '.join(inputs)}):")
+        out.append(f"    {', '.join(states)} = state")
+        for i, src in enumerate(table.sources):
             o.facts = {}
-            fields = [lit(x) for x in local_row(o, c, inp, _symbolic_local(src))] + [lit(x) for x in row_tail]
+            fields = [lit(x) for x in p.local_row(o, c, inp, self._local(src, local_only=False))] + [lit(x) for x in row_tail]
             out.append(f"    {'if' if i == 0 else 'elif'} control == {src!r}:")
             out.append(f"        return [{', '.join(fields)}]")
         out.append("    raise _bad_source(control, 'negotiate')")
 
-        # negotiate(state, now, mrr, flat) -> Decision: the table's rows for the state.
-        out.append(f"def negotiate(state, {_NOW}, {_MRR}, {_FLAT}):")
-        out.append(f"    {', '.join(_STATE_NAMES)} = state")
-        out.append(f"    if len({_FLAT}) != {c.world_size * ROW_LEN}:")
-        out.append(f"        raise _bad_rows(len({_FLAT}), {c.world_size}, {ROW_LEN})")
-        for i, src in enumerate(sources):
+        # negotiate(state, now, *local inputs, flat) -> Decision: the table's rows for the state.
+        out.append(f"def negotiate(state, {_NOW}, {''.join(a + ', ' for a in local_args)}{_FLAT}):")
+        out.append(f"    {', '.join(states)} = state")
+        out.append(f"    if len({_FLAT}) != {c.world_size * self.row_len}:")
+        out.append(f"        raise _bad_rows(len({_FLAT}), {c.world_size}, {self.row_len})")
+        for i, src in enumerate(table.sources):
             out.append(f"    {'if' if i == 0 else 'elif'} control == {src!r}:")
-            out += _indent(self.select(table.by_source[src], _symbolic_local(src), {}, {}, frozenset()), 8)
+            out += _indent(self.select(table.by_source[src], self._local(src), {}, {}, frozenset()), 8)
         out.append("    raise _bad_source(control, 'negotiate')")
 
         # finalize(state) -> State: the table's finalize rows; a state without one is already finalized.
@@ -353,9 +383,10 @@ class NoTransition(AssertionError):
     """No row of the table held: impossible while ``guards-partition`` is proved."""
 
 
-def source(c: Config, table: Table, row_tail: Sequence[int] = ()) -> str:
+def source(c: Any, table: Table, row_tail: Sequence[int] = (), row_len: Optional[int] = None) -> str:
     """The module source compiled for ``c``: ``row``, ``negotiate`` and ``finalize``."""
-    return _Generator(c, table).source(row_tail)
+    n = len(c.policy.row) + len(row_tail) if row_len is None else row_len
+    return _Generator(c, table, n).source(row_tail)
 
 
 def _bad_rows(length: int, world: int, row_len: int) -> ValueError:
@@ -367,28 +398,32 @@ def _bad_source(control: Any, event: str) -> ValueError:
 
 
 class CompiledStep:
-    """``row``, ``negotiate`` and ``finalize`` of one configuration, compiled from the spec.
+    """``row``, ``negotiate`` and ``finalize`` of one configuration, compiled from its policy.
 
-    * ``row(state, now, *PassInput) -> list``: the seven policy fields of this
-      rank's row (``spec.view.local_row``), then ``row_tail``'s constants;
-    * ``negotiate(state, now, mrr, flat) -> Decision``: ``flat`` is every rank's row,
-      concatenated in global rank order (``world_size * ROW_LEN`` ints); a wrong
-      length raises ``ValueError``;
+    * ``row(state, now, *inputs) -> list``: the policy's row for this rank
+      (``local_row``), then ``row_tail``'s constants;
+    * ``negotiate(state, now, *local_inputs, flat) -> Decision``: ``local_inputs``
+      are the inputs the policy's ``local_for`` reads (for SGLang's delayer,
+      ``max_running_requests``); ``flat`` is every rank's row, concatenated in
+      global rank order (``world_size * row_len`` ints: the policy's fields, then
+      the runtime's envelope); a wrong length raises ``ValueError``;
     * ``finalize(state) -> State``.
 
-    ``state`` must be a ``fsm.State``. Equal, pass for pass, to ``fsm.step``
-    (and so to ``DelayerMachine``) on the same inputs.
+    ``state`` must be the policy's ``State``. Equal, pass for pass, to
+    ``fsm.Step`` (and so to ``DelayerMachine``) on the same inputs.
     """
 
-    def __init__(self, config: Config, table: Optional[Table] = None, row_tail: Sequence[int] = ()) -> None:
+    def __init__(self, config: Any, table: Optional[Table] = None, row_tail: Sequence[int] = (), row_len: Optional[int] = None) -> None:
         self.config = config
-        self.table = table if table is not None else build_table(config.profile)
+        self.policy = config.policy
+        self.table = table if table is not None else self.policy.build_table(config.profile)
         self.row_tail = tuple(row_tail)
-        self.source = source(config, self.table, self.row_tail)
+        self.row_len = len(self.policy.row) + len(self.row_tail) if row_len is None else row_len
+        self.source = source(config, self.table, self.row_tail, self.row_len)
         namespace: dict[str, Any] = {
             "_new": tuple.__new__,
-            "_State": State,
-            "_Decision": Decision,
+            "_State": self.policy.state_cls,
+            "_Decision": self.policy.decision_cls,
             "_NoTransition": NoTransition,
             "_bad_source": _bad_source,
             "_bad_rows": _bad_rows,
@@ -396,8 +431,11 @@ class CompiledStep:
         name = f"<prefill_delayer.fsm.compiled {config.profile} world={config.world_size}>"
         exec(compile(self.source, name, "exec"), namespace)
         self.row: Callable[..., list] = namespace["row"]
-        self.negotiate: Callable[[State, float, int, Sequence[int]], Decision] = namespace["negotiate"]
-        self.finalize: Callable[[State], State] = namespace["finalize"]
+        self.negotiate: Callable[..., Any] = namespace["negotiate"]
+        self.finalize: Callable[[Any], Any] = namespace["finalize"]
 
     def __repr__(self) -> str:
         return f"CompiledStep({self.config!r})"
+
+
+_checked: Ops = SrcOps()  # mypy: the source-emitting layer implements the operator interface

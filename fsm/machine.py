@@ -1,7 +1,7 @@
-"""The ``transitions`` state machine, built from the spec's table.
+"""The ``transitions`` state machine, built from a policy's table.
 
-Conditions are the spec's guard functions (evaluated with ``PyOps``), never
-copies; effects come from ``spec.table.Effect`` via ``fsm.step.decide``.
+Conditions are the policy's guard functions (evaluated with ``PyOps``), never
+copies; effects and decisions come from the policy's ``decide``.
 """
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ from typing import Any, Optional
 from transitions import Machine, Transition as _LibTransition
 
 from ..spec.ops import PY
-from ..spec.table import FINALIZE, NEGOTIATE, STATES, Table, Transition, build_table, holds
-from ..spec.view import Local, View
-from .step import INITIAL_STATE, Decision, State, decide
+from ..spec.table import FINALIZE, NEGOTIATE, Table, Transition, holds
 
 
 def add_table(machine: Machine, c: Any, table: tuple[Transition, ...], on_fire: Any = None) -> None:
@@ -30,7 +28,7 @@ def add_table(machine: Machine, c: Any, table: tuple[Transition, ...], on_fire: 
         machine.add_transition(t.event, t.source, t.dest, **kwargs)
 
 
-def _holds(t: Transition, c: Any, view: View, local: Local, memo: Optional[dict] = None) -> bool:
+def _holds(t: Transition, c: Any, view: Any, local: Any, memo: Optional[dict] = None) -> bool:
     return holds(t, PY, c, view, local, memo)
 
 
@@ -78,7 +76,7 @@ class _Model:
 
 
 class DelayerMachine:
-    """One rank's delayer as a ``transitions`` machine plus its extended variables.
+    """One rank's policy as a ``transitions`` machine plus its extended variables.
 
     Built once per delayer; ``negotiate`` fires the machine's event with the
     pass's view, and the transition that fires decides the outcome.
@@ -86,40 +84,44 @@ class DelayerMachine:
 
     def __init__(self, config: Any, table: Optional[Table] = None) -> None:
         self.config = config
-        self.table = table if table is not None else build_table(config.profile)
+        self.policy = config.policy
+        self.table = table if table is not None else self.policy.build_table(config.profile)
         self._model = _Model()
         self._machine = _Machine(
             model=self._model,
-            states=list(STATES),
-            initial=INITIAL_STATE.control,
+            states=list(self.policy.states),
+            initial=self.policy.init.control,
             auto_transitions=False,
             send_event=False,
         )
         add_table(self._machine, config, self.table, on_fire=self._fired)
-        self._vars = INITIAL_STATE
-        self._decision: Optional[Decision] = None
+        self._finalizing = frozenset(t.source for t in self.table if t.event == FINALIZE)
+        self._vars = self.policy.init
+        self._decision: Any = None
 
     @property
-    def state(self) -> State:
+    def state(self) -> Any:
         return self._vars._replace(control=self._model.state)
 
-    def restore(self, state: State) -> None:
+    def restore(self, state: Any) -> None:
         """Put the machine into ``state``: how the runtime rolls back a failed pass (which may
         have finalized the previous one first) and sets the seed's ``skip_first_delayer``."""
         self._machine.set_state(state.control, model=self._model)
         self._vars = state
 
-    def _fired(self, t: Transition, view: View, local: Local, memo: Optional[dict] = None) -> None:
-        self._decision = decide(self.config, t, view, local)
+    def _fired(self, t: Transition, view: Any, local: Any, memo: Optional[dict] = None) -> None:
+        self._decision = self.policy.decide(PY, self.config, t, view, local)
 
-    def negotiate(self, view: View, local: Local) -> Decision:
+    def negotiate(self, view: Any, local: Any) -> Any:
         self._decision = None
         if not getattr(self._model, NEGOTIATE)(view, local, {}) or self._decision is None:
             raise AssertionError(f"no negotiate transition from {self._model.state!r} holds for {view}, {local}")
         self._vars = self._decision.next_state
         return self._decision
 
-    def finalize(self) -> State:
-        getattr(self._model, FINALIZE)()
+    def finalize(self) -> Any:
+        """Fire ``finalize`` when the table has a row for it from the current state (else it is a no-op)."""
+        if self._model.state in self._finalizing:
+            getattr(self._model, FINALIZE)()
         self._vars = self._vars._replace(control=self._model.state)
         return self.state

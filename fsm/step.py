@@ -1,80 +1,59 @@
-"""A pure step function over the spec's table: for tests, simulation and the proofs' replay."""
+"""A pure step over a policy's table: for tests, check-log, simulation and the proofs' replay.
+
+``Step`` binds one configuration to its policy and table; ``negotiate`` selects
+the one row whose guards hold (the table is proved to partition) and applies it
+with the policy's ``decide``. No machine is involved.
+"""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import Any, Optional
 
 from ..spec.ops import PY
-from ..spec.table import DELAYING, IDLE, RELEASED, Effect, Table, Transition, holds
-from ..spec.view import Local, View, status_name
+from ..spec.table import Table, Transition, holds
 
 
-class State(NamedTuple):
-    """Control state and extended variables of one rank's delayer."""
+class Step:
+    """One configuration's policy and table, stepped on Python values."""
 
-    control: str = IDLE
-    delayed_count: int = 0
-    wait_start: Optional[float] = None
-    skip_first_armed: bool = True
+    def __init__(self, config: Any, table: Optional[Table] = None) -> None:
+        self.config = config
+        self.policy = config.policy
+        self.table = table if table is not None else self.policy.build_table(config.profile)
+        self._sources = frozenset(self.table.sources)
 
+    @property
+    def init(self) -> Any:
+        return self.policy.init
 
-INITIAL_STATE = State()
+    def view(self, rows: Any) -> Any:
+        """The gathered view of every rank's policy row."""
+        return self.policy.gathered_view(PY, self.config, rows)
 
+    def local(self, state: Any, now: Any, inp: Any) -> Any:
+        """The guards' view of ``state`` at clock reading ``now`` with this rank's inputs (needs a finalized state)."""
+        if state.control not in self._sources:
+            raise ValueError(f"negotiate from {state.control!r}: finalize the previous pass first")
+        return self.policy.local_for(PY, state, now, inp)
 
-class Decision(NamedTuple):
-    """The seed's ``_NegotiateOutput`` fields, in its order (``next_state`` is ours)."""
+    def select(self, state: Any, view: Any, local: Any) -> Transition:
+        """The one ``negotiate`` row whose guards hold."""
+        memo: dict = {}
+        c = self.config
+        for t in self.table.by_source[state.control]:
+            if holds(t, PY, c, view, local, memo):
+                return t
+        raise AssertionError(f"no negotiate transition from {state.control!r} holds for {view}, {local}")
 
-    next_state: State
-    input_estimation: str
-    output_allow: bool
-    output_reason: str
-    num_prefillable: int
-    num_token_watermark_force_allow: int
-    wait_forward_passes: int = 0
-    wait_seconds: float = 0.0
+    def decide(self, t: Transition, view: Any, local: Any, o: Any = PY) -> Any:
+        """Apply the fired row: the pass's decision and the rank's next state (``o``: the operator layer)."""
+        return self.policy.decide(o, self.config, t, view, local)
 
+    def negotiate(self, state: Any, view: Any, local: Any) -> Any:
+        """One ``negotiate``: pure."""
+        return self.decide(self.select(state, view, local), view, local)
 
-def local_for(state: State, now: float, mrr: int) -> Local:
-    """The guards' view of ``state`` at clock reading ``now`` (needs a finalized state)."""
-    if state.control == RELEASED:
-        raise ValueError("negotiate from 'released': finalize the previous pass first")
-    waiting = state.control == DELAYING
-    return Local(waiting, state.delayed_count, state.wait_start if waiting else now, state.skip_first_armed, now, mrr)
-
-
-def select(c: Any, table: Table, state: State, view: View, local: Local) -> Transition:
-    """The one ``negotiate`` row whose guards hold (the table is proved to partition)."""
-    memo: dict = {}
-    for t in table.by_source[state.control]:
-        if holds(t, PY, c, view, local, memo):
-            return t
-    raise AssertionError(f"no negotiate transition from {state.control!r} holds for {view}, {local}")
-
-
-def decide(c: Any, t: Transition, view: View, local: Local, o: Any = PY) -> Decision:
-    """Apply the fired transition ``t``: the pass's decision and the rank's next state.
-
-    ``o`` is the operator layer: ``PyOps`` for values; ``fsm.compiled`` passes its
-    source-emitting layer to derive the compiled step's return expression from here.
-    """
-    e = Effect(t, o, c, view, local)
-    return Decision(
-        next_state=State(t.dest, e.delayed_count, e.wait_start, e.skip_first_armed),
-        input_estimation=status_name(o, c, view),
-        output_allow=e.allow,
-        output_reason=e.reason,
-        num_prefillable=view.num_prefillable,
-        num_token_watermark_force_allow=view.num_force,
-        wait_forward_passes=e.wait_forward_passes,
-        wait_seconds=e.wait_seconds,
-    )
-
-
-def step(c: Any, table: Table, state: State, view: View, local: Local) -> Decision:
-    """One ``negotiate``: pure, no machine involved."""
-    return decide(c, select(c, table, state, view, local), view, local)
-
-
-def finalize(state: State) -> State:
-    """The ``finalize`` event: released -> idle; delaying stays."""
-    return state._replace(control=IDLE) if state.control == RELEASED else state
+    def finalize(self, state: Any) -> Any:
+        """The ``finalize`` event: the table's finalize row from ``state``'s control, if any."""
+        dest = self.table.finalized(state.control)
+        return state if dest == state.control else state._replace(control=dest)

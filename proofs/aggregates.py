@@ -1,16 +1,16 @@
-"""aggregate-view: the aggregate view is exactly what the rows give.
+"""aggregate-view: the aggregate view is exactly what the rows give, for any policy.
 
 The single-step proofs read an abstract view (``model.sym_view``) over any
 number of ranks. ``view_induction`` proves, for every number of DP groups and
 every number of ranks per group, that the views of the rows are exactly the
 abstract view's domain. As a cross-check, this module also builds real rows
-with the spec's ``local_row`` for concrete layouts (up to 3 DP groups x 3 ranks
-per group, DP attention on and off), aggregates them with the spec's
-``gathered_view``, and proves the result is
-(a) inside the abstract view's domain and (b) equal to an independent
-definition of each aggregate over the rows; and (c) that every view in the
-domain is the view of some rows (a witness built from it), so the abstract
-domain is neither weaker nor stronger than the rows.
+with the policy's ``local_row`` for concrete layouts (up to 3 DP groups x 3 ranks
+per group, DP attention on and off), folds them with ``gathered_view``, and
+proves the result is (a) inside the abstract view's domain and (b) equal to an
+independent definition of each aggregate over the rows the policy's
+``reference_row`` gives; and (c) that every view in the domain is the view of
+some rows (the policy's ``layout_witness``), so the abstract domain is neither
+weaker nor stronger than the rows.
 """
 
 from __future__ import annotations
@@ -20,12 +20,9 @@ from typing import Any
 
 import z3
 
-from ..spec.inputs import PassInput
-from ..spec.invariants import PROVED
-from ..spec.view import Local, gathered_view, local_row
-from .model import Family, count_domain, sym_config, sym_view, view_domain
-from .properties import Check, _solve
-from .reference_z3 import reference_local_force, reference_timeout_flag
+from ..spec.policy import ALL, PROVED
+from .model import input_domain, sym_input, sym_state, sym_view
+from .properties import Check, solve
 from .view_induction import check_view_induction
 from .z3ops import Z3Ops
 
@@ -40,9 +37,9 @@ def layouts() -> list[tuple[bool, int, int]]:
     return out
 
 
-def layout_config(fam: Family, dp_attn: bool, dp_dim: int, group: int) -> Any:
+def layout_config(policy: Any, o: Z3Ops, fam: Any, dp_attn: bool, dp_dim: int, group: int) -> Any:
     """The family's symbolic configuration, for one concrete rank layout (the group as attn_tp ranks)."""
-    c = sym_config(fam)
+    c = policy.proof.sym_config(o, fam)
     return replace(c, enable_dp_attention=dp_attn, dp_size=dp_dim if dp_attn else c.dp_size, attn_tp_size=group)
 
 
@@ -50,80 +47,71 @@ def _is_max(m: Any, xs: list) -> Any:
     return z3.And(z3.And(*[m >= x for x in xs]), z3.Or(*[m == x for x in xs]))
 
 
-def check_layout(fam: Family, dp_attn: bool, dp_dim: int, tp: int, timeout_ms: int) -> Check:
+def check_layout(policy: Any, fam: Any, dp_attn: bool, dp_dim: int, tp: int, timeout_ms: int) -> Check:
     o = Z3Ops()
-    c = layout_config(fam, dp_attn, dp_dim, tp)
+    c = layout_config(policy, o, fam, dp_attn, dp_dim, tp)
     world = dp_dim * tp
-    dom = c.domain()
-    rows, ranks = [], []
+    dom = policy.proof.config_domain(o, c)
+    rows, refs = [], []
     for r in range(world):
-        pre, tu = z3.Bool(f"pre{r}"), z3.Real(f"tu{r}")
-        rb, pb, wq, mrr = (z3.Int(f"{f}{r}") for f in ("rb", "pb", "wq", "mrr"))
-        waiting, now, start = z3.Bool(f"waiting{r}"), z3.Real(f"now{r}"), z3.Real(f"start{r}")
-        dom += [tu >= 0] + [count_domain(x) for x in (rb, pb, wq, mrr)]
-        inp = PassInput(pre, tu, rb, pb, mrr, wq)
-        local = Local(waiting, z3.IntVal(0), start, z3.BoolVal(False), now, mrr)
-        rows.append(local_row(o, c, inp, local) + [0, 0])
-        ranks.append((pre, tu, rb, pb, wq, mrr, waiting, now, start))
-    view = gathered_view(o, c, rows)
-    counted = [ranks[g * tp] for g in range(dp_dim)]
-    expected = z3.And(
-        view.n == dp_dim,
-        view.num_prefillable == z3.Sum([z3.If(k[0], 1, 0) for k in counted]),
-        view.num_force == z3.Sum([z3.If(reference_local_force(c, k[0], k[1]), 1, 0) for k in counted]),
-        _is_max(view.running_batch, [k[2] for k in counted]),
-        _is_max(view.max_prefill_bs, [k[3] for k in counted]),
-        _is_max(view.waiting_queue_len, [k[4] for k in counted]),
-        view.timeout_any == z3.Or(*[reference_timeout_flag(c, k[6], k[7], k[8]) for k in counted]),
-        _is_max(view.mrr_max, [k[5] for k in ranks]),
-    )
+        st = sym_state(policy, f"{r}")
+        now = z3.Real(f"now{r}")
+        inp = sym_input(policy, f"{r}", policy.input_names)
+        local = policy.local_for(o, st, now, inp)
+        dom += input_domain(policy, inp) + policy.local_domain(o, c, st, now, inp)
+        rows.append(policy.local_row(o, c, inp, local))
+        refs.append(policy.proof.reference_row(o, c, inp, local))
+    view = policy.gathered_view(o, c, rows)
+    counted = [refs[g * tp] for g in range(dp_dim)]
+    index = {name: i for i, name in enumerate(policy.row_names)}
+    expected = []
+    for a in policy.view:
+        value = getattr(view, a.name)
+        src = refs if a.over == ALL else counted
+        if a.kind == "count":
+            expected.append(value == dp_dim)
+        elif a.kind == "sum":
+            expected.append(value == z3.Sum([r[index[a.field]] for r in src]))
+        elif a.kind == "max":
+            expected.append(_is_max(value, [r[index[a.field]] for r in src]))
+        else:
+            expected.append(value == z3.Or(*[r[index[a.field]] > 0 for r in src]))
     # (a) the abstract domain the single-step proofs assume, instantiated on this view.
-    assumed = z3.And(*view_domain(view._replace(n=z3.IntVal(view.n)), c))
-    status, model, why = _solve(dom + o.side + [z3.Not(z3.And(expected, assumed))], timeout_ms)
+    assumed = z3.And(*policy.view_domain(o, c, view._replace(n=z3.IntVal(view.n))))
+    status, model, why = solve(dom + o.side + [z3.Not(z3.And(*expected, assumed))], timeout_ms)
     label = f"{'dp-attn' if dp_attn else 'tp-only'} dp={dp_dim} tp={tp}"
     return Check(status, label, model=model, why=why)
 
 
-def check_layout_complete(fam: Family, dp_attn: bool, dp_dim: int, tp: int, timeout_ms: int) -> Check:
-    """(c) every view in the abstract domain is the view of some rows of this layout.
-
-    The rows are a witness built from the abstract view: counted rank g is
-    prefillable iff g < num_prefillable and below the watermark iff
-    g < num_force; every rank reports the maxima; every rank's wait has
-    expired iff timeout_any (only the counted ranks' flags are read). The spec's ``local_row`` and ``gathered_view``
-    then give back exactly the abstract view.
-    """
+def check_layout_complete(policy: Any, fam: Any, dp_attn: bool, dp_dim: int, tp: int, timeout_ms: int) -> Check:
+    """(c) every view in the abstract domain is the view of some rows of this layout (the policy's witness)."""
     o = Z3Ops()
-    c = layout_config(fam, dp_attn, dp_dim, tp)
-    abstract = sym_view(c, "_abs")[0]._replace(n=z3.IntVal(dp_dim))
-    adom = view_domain(abstract, c)
+    c = layout_config(policy, o, fam, dp_attn, dp_dim, tp)
+    abstract = sym_view(policy, o, c, "_abs")[0]._replace(n=z3.IntVal(dp_dim))
+    adom = policy.view_domain(o, c, abstract)
     rows = []
     for r in range(dp_dim * tp):
-        g = r // tp if r % tp == 0 else dp_dim  # non-counted ranks: neither prefillable nor forcing
-        pre = z3.And(z3.BoolVal(g < dp_dim), g < abstract.num_prefillable)
-        tu = z3.If(g < abstract.num_force, z3.RealVal(0), c.watermark)
-        now = z3.If(abstract.timeout_any, c.max_delay_ms / 1000, 0)
-        inp = PassInput(pre, tu, abstract.running_batch, abstract.max_prefill_bs, abstract.mrr_max, abstract.waiting_queue_len)
-        local = Local(abstract.timeout_any, z3.IntVal(1), z3.RealVal(0), z3.BoolVal(False), now, abstract.mrr_max)
-        rows.append(local_row(o, c, inp, local) + [0, 0])
-    view = gathered_view(o, c, rows)
+        inp, local = policy.proof.layout_witness(o, c, abstract, r // tp, r % tp == 0, dp_dim)
+        rows.append(policy.local_row(o, c, inp, local))
+    view = policy.gathered_view(o, c, rows)
     same = z3.And(*[a == b for a, b in zip(view, abstract)])
-    status, model, why = _solve(c.domain() + adom + o.side + [z3.Not(same)], timeout_ms)
+    status, model, why = solve(policy.proof.config_domain(o, c) + adom + o.side + [z3.Not(same)], timeout_ms)
     return Check(status, f"complete {'dp-attn' if dp_attn else 'tp-only'} dp={dp_dim} tp={tp}", model=model, why=why)
 
 
-def check_aggregate_view(fams: list[Family], timeout_ms: int) -> Check:
+def check_aggregate_view(policy: Any, fams: list, timeout_ms: int) -> Check:
     """The induction (every layout) for each family, then the concrete layouts as a cross-check."""
     for f in fams:
-        res = check_view_induction(f, timeout_ms)
+        res = check_view_induction(policy, f, timeout_ms)
         if res.status != PROVED:
             return res
     fam = fams[0]
-    for dp_attn, dp_dim, tp in layouts():
-        for check in (check_layout, check_layout_complete):
-            res = check(fam, dp_attn, dp_dim, tp, timeout_ms)
-            if res.status != PROVED:
-                return res
+    if policy.proof.reference_row is not None:
+        for dp_attn, dp_dim, tp in layouts():
+            for check in (check_layout, check_layout_complete):
+                res = check(policy, fam, dp_attn, dp_dim, tp, timeout_ms)
+                if res.status != PROVED:
+                    return res
     return Check(
         PROVED,
         fam.label(),

@@ -1,11 +1,12 @@
-"""Bounded model checking from freshly built delayers: the shortest concrete counterexample.
+"""Bounded model checking from fresh ranks: the shortest concrete counterexample, for any policy.
 
-Ranks are encoded one by one: each builds its row with the spec's
-``local_row`` on its own clock, the rows are aggregated with the spec's
-``gathered_view``, and each rank fires the table through ``encode_pass``. The
-model's numbers are kept exactly representable as doubles (integer seconds,
-integer milliseconds, token usage in 1/1024ths) so the trace replays through
-real float code unchanged.
+Ranks are encoded one by one: each builds its row with the policy's
+``local_row`` on its own clock, the rows are folded with the policy's
+``gathered_view``, and each rank fires the table through ``encode_pass``. A
+violation is the property's own monitor (``spec.monitors``) unrolled over the
+passes. The model's numbers are kept exactly representable as doubles (integer
+seconds, usage in 1/1024ths, the policy's ``bmc_config`` for its parameters) so
+the trace replays through real float code unchanged.
 """
 
 from __future__ import annotations
@@ -15,122 +16,122 @@ from typing import Any, Callable, Optional
 
 import z3
 
-from ..spec.inputs import PassInput
-from ..spec.table import REASONS, Table
-from ..spec.view import gathered_view, local_row
-from .model import SOLVER_TACTIC, Family, Outcome, SymState, encode_pass, sym_config
+from ..spec.fields import BOOL, COUNT, REASON, USAGE
+from ..spec.monitors import Agreement, GroupRunBound, RunBound
+from ..spec.table import Table
+from .model import SOLVER_TACTIC, Outcome, encode_pass, initial_state, raw
 from .z3ops import Z3Ops
 
 RANKS = 2
 MAX_PASSES = 6
 SMALL = 1000  # bound on counts in traces, for readable numbers
-TU_SCALE = 1024
+USAGE_SCALE = 1024  # a usage in 1/1024ths is exact as a double
+SAME_LOCAL_ARGS = "same-local-args"
 
 
 class Unrolling:
     """``k`` passes of ``RANKS`` DP ranks (DP attention on, attn-TP 1)."""
 
-    def __init__(self, fam: Family, table: Table, k: int) -> None:
+    def __init__(self, policy: Any, fam: Any, table: Table, k: int) -> None:
+        self.policy = policy
         self.o = Z3Ops()
-        self.c = replace(sym_config(fam), enable_dp_attention=True, dp_size=RANKS, attn_tp_size=1)
+        self.c = replace(policy.proof.sym_config(self.o, fam), enable_dp_attention=True, dp_size=RANKS, attn_tp_size=1)
         c = self.c
-        self.ms = z3.Int("max_delay_ms_int")
-        self.wm = z3.Int("watermark_1024")
-        self.assertions: list = [
-            *c.domain(),
-            c.max_delay_passes >= 2,  # a bound of 0 would make the example degenerate
-            c.max_delay_passes <= 10,
-            self.ms >= 1,
-            self.ms <= 100_000,
-            c.max_delay_ms == z3.ToReal(self.ms),
-            self.wm >= 0,
-            self.wm <= TU_SCALE,
-            c.watermark == z3.ToReal(self.wm) / TU_SCALE,
-        ]
-        if c.pmr_on:
-            self.assertions.append(c.pmr <= SMALL)
+        self.assertions, self.trace_config = policy.proof.bmc_config(self.o, c)
+        self.assertions = list(self.assertions)
+        fields = policy.trace.inputs
         self.inputs: list[list[dict[str, Any]]] = []
         self.outs: list[list[Outcome]] = []
-        states = [SymState.initial() for _ in range(RANKS)]
+        self.views: list[Any] = []
+        states = [initial_state(policy) for _ in range(RANKS)]
         prev_now: list[Any] = [None] * RANKS
         for p in range(k):
             rows, locals_, ins = [], [], []
             for r in range(RANKS):
-                x = {
-                    "prefillable": z3.Bool(f"pre_{p}_{r}"),
-                    "tu": z3.Int(f"tu_{p}_{r}"),
-                    "running_batch": z3.Int(f"rb_{p}_{r}"),
-                    "max_prefill_bs": z3.Int(f"pb_{p}_{r}"),
-                    "waiting_queue_len": z3.Int(f"wq_{p}_{r}"),
-                    "max_running_requests": z3.Int(f"mrr_{p}_{r}"),
-                    "now": z3.Int(f"now_{p}_{r}"),
-                }
-                self.assertions += [x["tu"] >= 0, x["tu"] <= TU_SCALE, x["now"] >= 0]
-                self.assertions += [z3.And(x[f] >= 0, x[f] <= SMALL) for f in ("running_batch", "max_prefill_bs", "waiting_queue_len", "max_running_requests")]
+                x = {f.name: (z3.Bool if f.kind == BOOL else z3.Int)(f"{f.sym_name}_{p}_{r}") for f in fields}
+                x["now"] = z3.Int(f"now_{p}_{r}")
+                self.assertions += [a for f in fields if f.kind == USAGE for a in (x[f.name] >= 0, x[f.name] <= USAGE_SCALE)]
+                self.assertions.append(x["now"] >= 0)
+                self.assertions += [z3.And(x[f.name] >= 0, x[f.name] <= SMALL) for f in fields if f.kind == COUNT]
                 if prev_now[r] is not None:
                     self.assertions.append(x["now"] >= prev_now[r])  # clocks are monotonic
                 prev_now[r] = x["now"]
-                tu = z3.ToReal(x["tu"]) / TU_SCALE
+                values = {f.name: z3.ToReal(x[f.name]) / USAGE_SCALE if f.kind == USAGE else x[f.name] for f in fields}
+                inp = policy.input_cls(**values)
                 now = z3.ToReal(x["now"])
-                local = states[r].local(now, x["max_running_requests"])
-                inp = PassInput(x["prefillable"], tu, x["running_batch"], x["max_prefill_bs"], x["max_running_requests"], x["waiting_queue_len"])
-                rows.append(local_row(self.o, c, inp, local) + [0, 0])
+                local = policy.local_for(self.o, states[r], now, inp)
+                rows.append(policy.local_row(self.o, c, inp, local))
                 locals_.append(local)
                 ins.append(x)
-            view = gathered_view(self.o, c, rows)
-            outs = [encode_pass(self.o, c, table, states[r], view, locals_[r]) for r in range(RANKS)]
+            view = policy.gathered_view(self.o, c, rows)
+            outs = [encode_pass(policy, self.o, c, table, states[r], view, locals_[r]) for r in range(RANKS)]
             states = [out.next for out in outs]
             self.inputs.append(ins)
             self.outs.append(outs)
+            self.views.append(view)
         self.assertions += self.o.side
-
-    def bound(self) -> Any:
-        return self.c.bound()
 
 
 Violation = Callable[[Unrolling], Any]
 
 
-def too_long_delay(u: Unrolling) -> Any:
-    """Some rank's run of delays exceeds max(max_delay_passes - 1, 0)."""
-    return z3.Or(*[out.next.count > u.bound() for outs in u.outs for out in outs])
+def violation_of(monitor: Any) -> Violation:
+    """The monitor's violation, unrolled: some pass whose run (or decisions) breaks it."""
+    if isinstance(monitor, RunBound):
 
+        def run_too_long(u: Unrolling) -> Any:
+            o, c = u.o, u.c
+            runs = [0] * RANKS
+            bad = []
+            for view, outs in zip(u.views, u.outs):
+                runs = [monitor.step(o, c, runs[r], view, outs[r].decision) for r in range(RANKS)]
+                bad += [z3.Not(monitor.ok(o, c, run)) for run in runs]
+            return z3.Or(*bad)
 
-def ranks_disagree(u: Unrolling) -> Any:
-    """At some pass two ranks decide differently from the same gathered table."""
-    return z3.Or(*[z3.Not(outs[0].decision_eq(outs[r])) for outs in u.outs for r in range(1, RANKS)])
+        return run_too_long
+    if isinstance(monitor, Agreement):
 
+        def ranks_disagree(u: Unrolling) -> Any:
+            """At some pass two ranks decide differently from the same gathered table."""
+            return z3.Or(*[z3.Not(outs[0].decision_eq(outs[r])) for outs in u.outs for r in range(1, RANKS)])
 
-def window(u: Unrolling) -> Any:
-    """max(max_delay_passes, 1): the joint-progress window."""
-    return z3.If(u.c.max_delay_passes >= 1, u.c.max_delay_passes, 1)
+        return ranks_disagree
+    if isinstance(monitor, GroupRunBound):
 
+        def no_window_without(u: Unrolling) -> Any:
+            """Some window of ``window`` consecutive passes has a counting rank on every pass."""
+            o, c = u.o, u.c
+            k = len(u.outs)
+            some = [z3.Or(*[monitor.counts(o, c, view, out.decision) for out in outs]) for view, outs in zip(u.views, u.outs)]
+            w = monitor.window(o, c)
+            starts = []
+            for i in range(k):
+                inside = [z3.Implies(j < i + w, some[j]) for j in range(i, k)]
+                starts.append(z3.And(i + w <= k, *inside))
+            return z3.Or(*starts)
 
-def no_joint_progress(u: Unrolling) -> Any:
-    """Some window of ``window(u)`` consecutive passes has a delaying rank on every pass."""
-    k = len(u.outs)
-    some_delay = [z3.Or(*[z3.Not(out.allow) for out in outs]) for outs in u.outs]
-    w = window(u)
-    starts = []
-    for i in range(k):
-        inside = [z3.Implies(j < i + w, some_delay[j]) for j in range(i, k)]
-        starts.append(z3.And(i + w <= k, *inside))
-    return z3.Or(*starts)
+        return no_window_without
+    raise TypeError(f"no bounded model check for {type(monitor).__name__}")
 
 
 def same_local_args(u: Unrolling) -> Any:
-    """Ranks pass the same max_running_requests: only their clocks differ."""
-    return z3.And(*[ins[0]["max_running_requests"] == ins[r]["max_running_requests"] for ins in u.inputs for r in range(1, RANKS)])
+    """Ranks pass the same local inputs (the policy's ``local_inputs``): only their clocks differ."""
+    names = u.policy.local_inputs
+    return z3.And(*[ins[0][n] == ins[r][n] for ins in u.inputs for r in range(1, RANKS) for n in names])
 
 
-def shortest(fam: Family, table: Table, violation: Violation, extra: Optional[Violation] = None, timeout_ms: int = 20000, max_passes: int = MAX_PASSES) -> tuple[str, Optional[dict]]:
-    """The shortest run from fresh delayers that shows ``violation``.
+RESTRICTIONS: dict[str, Violation] = {SAME_LOCAL_ARGS: same_local_args}
+
+
+def shortest(policy: Any, fam: Any, table: Table, violation: Violation, extra: Optional[Violation] = None, timeout_ms: int = 20000,
+             max_passes: int = MAX_PASSES) -> tuple[str, Optional[dict]]:
+    """The shortest run from fresh ranks that shows ``violation``.
 
     ("refuted", trace); ("none", None) when no run of up to ``max_passes`` shows it;
     ("timeout", None) or ("unknown", None) when the solver could not decide.
     """
     for k in range(1, max_passes + 1):
-        u = Unrolling(fam, table, k)
+        u = Unrolling(policy, fam, table, k)
         s = z3.Then(*SOLVER_TACTIC).solver()
         s.set("timeout", timeout_ms)
         s.add(*u.assertions)
@@ -158,53 +159,48 @@ def _readable(u: Unrolling, assertions: Any, timeout_ms: int) -> Optional[z3.Mod
     opt = z3.Optimize()
     opt.set("timeout", timeout_ms)
     opt.add(assertions)
+    fields = u.policy.trace.inputs
+    keys = [f.name for f in fields] + ["now"]
     for ins in u.inputs:
         for r in range(1, RANKS):
-            for key in ("prefillable", "tu", "running_batch", "max_prefill_bs", "waiting_queue_len", "max_running_requests", "now"):
+            for key in keys:
                 opt.add_soft(ins[r][key] == ins[0][key], weight=4)
         for x in ins:
-            opt.add_soft(x["tu"] == TU_SCALE, weight=1)
-            for key in ("running_batch", "max_prefill_bs", "waiting_queue_len", "max_running_requests"):
-                opt.add_soft(x[key] <= 16, weight=1)
-    opt.add_soft(u.c.watermark_on == False, weight=2)  # noqa: E712 - a Z3 term, not a Python comparison
+            for f in fields:
+                if f.kind == USAGE:
+                    opt.add_soft(x[f.name] == USAGE_SCALE, weight=1)
+            for f in fields:
+                if f.kind == COUNT:
+                    opt.add_soft(x[f.name] <= 16, weight=1)
+    for term, weight in u.policy.proof.bmc_soft(u.o, u.c):
+        opt.add_soft(term, weight=weight)
     return opt.model() if opt.check() == z3.sat else None
 
 
 def concretize(u: Unrolling, m: z3.ModelRef) -> dict:
     def val(t: Any) -> Any:
-        v = m.eval(t, model_completion=True)
+        v = m.eval(raw(t), model_completion=True)
         if z3.is_true(v) or z3.is_false(v):
             return z3.is_true(v)
         return v.as_long()
 
-    c = u.c
+    policy = u.policy
     passes = []
     for ins, outs in zip(u.inputs, u.outs):
-        ranks = [
-            {
-                "prefillable": val(x["prefillable"]),
-                "token_usage": val(x["tu"]) / TU_SCALE,
-                "running_batch": val(x["running_batch"]),
-                "max_prefill_bs": val(x["max_prefill_bs"]),
-                "waiting_queue_len": val(x["waiting_queue_len"]),
-                "max_running_requests": val(x["max_running_requests"]),
-                "now_s": float(val(x["now"])),
-            }
-            for x in ins
-        ]
-        expect = [{"allow": val(o.allow), "reason": REASONS[val(o.reason)], "wait_forward_passes": val(o.wfp)} for o in outs]
+        ranks = []
+        for x in ins:
+            entry: dict[str, Any] = {}
+            for f in policy.trace.inputs:
+                value = val(x[f.name])
+                entry[f.trace_name] = value / USAGE_SCALE if f.kind == USAGE else value
+            entry["now_s"] = float(val(x["now"]))
+            ranks.append(entry)
+        expect = []
+        for o in outs:
+            e = {}
+            for f in policy.trace.expect:
+                value = val(o.outputs[f.name])
+                e[f.trace_name] = policy.reasons[value] if f.kind == REASON else value
+            expect.append(e)
         passes.append({"ranks": ranks, "expect": expect})
-    return {
-        "config": {
-            "dp_size": RANKS,
-            "attn_tp_size": 1,
-            "enable_dp_attention": True,
-            "max_delay_passes": val(c.max_delay_passes),
-            "token_usage_low_watermark": val(u.wm) / TU_SCALE if val(c.watermark_on) else None,
-            "queue_min_ratio": c.queue_ratio if c.queue_on else None,
-            "max_delay_ms": float(val(u.ms)),
-            "prefill_max_requests": val(c.pmr) if c.pmr_on else None,
-            "attn_cp_size": 1,
-        },
-        "passes": passes,
-    }
+    return {"config": u.trace_config(val, RANKS), "passes": passes}

@@ -1,22 +1,18 @@
-"""Symbolic configuration, view, state and one pass, built from the spec's table and guards.
+"""Symbolic state, view and one pass of any policy, built from its table and guards.
 
-Nothing here restates a guard: ``encode_pass`` asks ``spec.table.holds`` and
-``spec.table.Effect`` for Z3 terms through ``Z3Ops``.
+Nothing here restates a guard or names a policy: ``encode_pass`` asks
+``spec.table.holds`` and the policy's ``decide`` for Z3 terms through ``Z3Ops``;
+the variables' sorts come from the kinds the policy declares.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import z3
 
-from ..spec.config import MAX_WORLD_SIZE
-from ..spec.inputs import MAX_COUNT
-from ..spec.profiles import features_of
-from ..spec.table import DELAYING, IDLE, REASONS, Effect, Table, holds
-from ..spec.view import Local, View
-from .families import SYMBOLIC_PARAMETERS, Family, Scope, families  # noqa: F401 - re-exported
+from ..spec.fields import BOOL, CONTROL, COUNT, MAX_COUNT, OPT_SECONDS, REASON, SECONDS, TEXT, USAGE
+from ..spec.table import Table, holds
 from .z3ops import Z3Ops
 
 # Substituting the many definitional equalities (fresh max/floor variables, the
@@ -24,193 +20,207 @@ from .z3ops import Z3Ops
 # several times faster than z3's default solver; answers and models are the same.
 SOLVER_TACTIC = ("simplify", "propagate-values", "solve-eqs", "smt")
 
-CTRL = {IDLE: 0, DELAYING: 1}
-REASON_CODE = {r: i for i, r in enumerate(REASONS)}
 STUCK = -1  # reason code when no row fires (the partition proof rules it out)
 
 
-@dataclass
-class SymConfig:
-    """The guards' view of a configuration with the numeric parameters symbolic.
+class SymEnum:
+    """An integer-coded name (a control state, a reason) that compares with the names themselves.
 
-    Structural choices (profile, queue trigger on/off and its ratio,
-    prefill_max_requests set or not, DP attention and, without it, dp_size)
-    stay concrete: they pick which formula is built. Everything else is a Z3
-    variable, so a proof covers every value.
+    ``st.control == "delaying"`` is the term ``ctrl == 1``, so the policy's own
+    predicates (``type_ok``, ``local_for``, monitors) read it as they read a string.
     """
 
-    profile: str
-    enable_dp_attention: bool
-    dp_size: Any
-    attn_tp_size: int
-    queue_on: bool
-    queue_ratio: float
-    max_delay_passes: Any
-    max_delay_ms: Any
-    watermark_on: Any
-    watermark: Any
-    pmr_on: bool = False
-    pmr: Any = 0
-    attn_cp_size: int = 1
+    __slots__ = ("var", "names")
 
-    @property
-    def features(self) -> frozenset[str]:
-        return features_of(self.profile)
+    def __init__(self, var: Any, names: Sequence[str]) -> None:
+        self.var = var
+        self.names = tuple(names)
 
-    @property
-    def dp_dim(self) -> Any:
-        return self.dp_size if self.enable_dp_attention else 1
+    def _code(self, other: Any) -> Any:
+        if isinstance(other, SymEnum):
+            return other.var
+        if isinstance(other, str):
+            return self.names.index(other)
+        return other
 
-    @property
-    def group_size(self) -> int:
-        return self.attn_cp_size * self.attn_tp_size
+    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+        return self.var == self._code(other)
 
-    def domain(self) -> list:
-        dom = [self.max_delay_passes >= 0, self.max_delay_ms > 0, self.watermark >= 0, self.watermark <= 1]
-        if isinstance(self.dp_size, z3.ArithRef):
-            dom += [self.dp_size >= 1, self.dp_size <= MAX_WORLD_SIZE]
-        if self.pmr_on:
-            dom += [self.pmr >= 1, self.pmr <= MAX_COUNT]
-        return dom
+    def __ne__(self, other: Any) -> Any:  # type: ignore[override]
+        return self.var != self._code(other)
 
-    def bound(self) -> Any:
-        """max(max_delay_passes - 1, 0): the longest allowed run of delays."""
-        return z3.If(self.max_delay_passes >= 1, self.max_delay_passes - 1, 0)
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return f"SymEnum({self.var})"
 
 
-def sym_config(fam: Family, tag: str = "") -> SymConfig:
-    """The family's configuration with every parameter of ``SYMBOLIC_PARAMETERS`` a Z3 variable
-    (and dp_size too, with DP attention or when the scope covers every dp_size)."""
-    symbolic = {
-        "max_delay_passes": z3.Int(f"max_delay_passes{tag}"),
-        "max_delay_ms": z3.Real(f"max_delay_ms{tag}"),
-        "token_usage_low_watermark": (z3.Bool(f"watermark_on{tag}"), z3.Real(f"watermark{tag}")),
-    }
-    assert set(symbolic) == {name for name, _ in SYMBOLIC_PARAMETERS}
-    watermark_on, watermark = symbolic["token_usage_low_watermark"]
-    return SymConfig(
-        profile=fam.profile,
-        enable_dp_attention=fam.enable_dp_attention,
-        dp_size=z3.Int(f"dp_size{tag}") if fam.enable_dp_attention or fam.dp_size is None else fam.dp_size,
-        attn_tp_size=1,
-        queue_on=fam.queue_ratio is not None,
-        queue_ratio=fam.queue_ratio if fam.queue_ratio is not None else 0.0,
-        max_delay_passes=symbolic["max_delay_passes"],
-        max_delay_ms=symbolic["max_delay_ms"],
-        watermark_on=watermark_on,
-        watermark=watermark,
-        pmr_on=fam.pmr_on,
-        pmr=z3.Int(f"prefill_max_requests{tag}") if fam.pmr_on else 0,
-    )
+def raw(x: Any) -> Any:
+    """The term behind a ``SymEnum``, or ``x`` itself."""
+    return x.var if isinstance(x, SymEnum) else x
 
 
 def count_domain(x: Any) -> Any:
     return z3.And(x >= 0, x <= MAX_COUNT)
 
 
-def sym_view(c: SymConfig, tag: str) -> tuple[View, list]:
-    """An aggregate view for any number of counted ranks, with what the rows guarantee."""
-    n = c.dp_size if c.enable_dp_attention else z3.IntVal(1)
-    v = View(
-        n=n,
-        num_prefillable=z3.Int(f"num_prefillable{tag}"),
-        num_force=z3.Int(f"num_force{tag}"),
-        running_batch=z3.Int(f"RB{tag}"),
-        max_prefill_bs=z3.Int(f"PB{tag}"),
-        waiting_queue_len=z3.Int(f"WQ{tag}"),
-        timeout_any=z3.Bool(f"timeout_any{tag}"),
-        mrr_max=z3.Int(f"mrr_max{tag}"),
+def _var(kind: str, name: str) -> Any:
+    if kind == BOOL:
+        return z3.Bool(name)
+    if kind in (COUNT, CONTROL, REASON):
+        return z3.Int(name)
+    if kind in (SECONDS, OPT_SECONDS, USAGE):
+        return z3.Real(name)
+    raise ValueError(f"no Z3 variable for kind {kind!r}")
+
+
+def sym_state(policy: Any, tag: str) -> Any:
+    """The policy's ``State`` with every variable a fresh Z3 variable (``ctrl{tag}``, then each field's ``sym``)."""
+    control = SymEnum(z3.Int(f"ctrl{tag}"), policy.states)
+    return policy.state_cls(control, *(_var(f.kind, f"{f.sym_name}{tag}") for f in policy.state_fields))
+
+
+def constant(kind: str, value: Any) -> Any:
+    """A Python value of ``kind`` as a Z3 constant (``None`` seconds read as 0)."""
+    if kind == BOOL:
+        return z3.BoolVal(bool(value))
+    if kind in (SECONDS, OPT_SECONDS, USAGE):
+        return z3.RealVal(0 if value is None else value)
+    return z3.IntVal(value)
+
+
+def initial_state(policy: Any) -> Any:
+    """The policy's ``init`` as Z3 constants."""
+    init = policy.init
+    control = SymEnum(z3.IntVal(policy.control_code(init.control)), policy.states)
+    return policy.state_cls(control, *(constant(f.kind, getattr(init, f.name)) for f in policy.state_fields))
+
+
+def with_fields(policy: Any, st: Any, tag: str, names: Sequence[str]) -> Any:
+    """``st`` with the variables ``names`` replaced by fresh ones tagged ``tag`` (a rank's own)."""
+    kinds = {f.name: f.kind for f in policy.state_fields}
+    syms = {f.name: f.sym_name for f in policy.state_fields}
+    return st._replace(**{n: _var(kinds[n], f"{syms[n]}{tag}") for n in names})
+
+
+def sym_view(policy: Any, o: Z3Ops, c: Any, tag: str) -> tuple[Any, list]:
+    """An aggregate view for any number of counted ranks, with what the rows guarantee (the policy's domain)."""
+    values = []
+    for a in policy.view:
+        name = f"{a.sym or a.name}{tag}"
+        if a.kind == "count":
+            values.append(c.dp_dim if not isinstance(c.dp_dim, int) else z3.IntVal(c.dp_dim))
+        elif a.kind == "any":
+            values.append(z3.Bool(name))
+        else:
+            values.append(z3.Int(name))
+    v = policy.view_cls(*values)
+    return v, policy.view_domain(o, c, v)
+
+
+def sym_input(policy: Any, tag: str, names: Sequence[str]) -> Any:
+    """The policy's input with the fields ``names`` fresh variables (``{sym}{tag}``) and the rest absent (None)."""
+    return policy.input_cls(
+        *(_var(f.kind, f"{f.sym_name}{tag}") if f.name in names else None for f in policy.inputs)
     )
-    return v, view_domain(v, c)
 
 
-def view_domain(v: View, c: SymConfig) -> list:
-    """Exactly what rows can give: ``aggregates`` proves every view of rows is in it, and
-    every view in it is the view of some rows, for each rank layout."""
-    return [
-        v.n >= 1,
-        0 <= v.num_force,
-        v.num_force <= v.num_prefillable,  # a row's force flag implies its prefillable flag
-        v.num_prefillable <= v.n,
-        # force needs the watermark on and some usage (>= 0) strictly below it
-        z3.Implies(v.num_force > 0, z3.And(c.watermark_on, c.watermark > 0)),
-        count_domain(v.running_batch),
-        count_domain(v.max_prefill_bs),
-        count_domain(v.waiting_queue_len),
-        count_domain(v.mrr_max),
-    ]
+def input_domain(policy: Any, inp: Any) -> list:
+    """What each present input field may be, by its kind."""
+    out: list = []
+    for f in policy.inputs:
+        x = getattr(inp, f.name)
+        if x is None or isinstance(x, (bool, int, float)):
+            continue
+        if f.kind == COUNT:
+            out.append(count_domain(x))
+        elif f.kind == USAGE:
+            out.append(x >= 0)
+    return out
 
 
-@dataclass
-class SymState:
-    ctrl: Any  # Int: 0 idle, 1 delaying
-    count: Any
-    start: Any  # Real
-    armed: Any  # Bool
+class SymDecision:
+    """A pass's outputs as terms, read by name as monitors read a decision (``d.output_allow``)."""
 
-    @staticmethod
-    def fresh(tag: str) -> "SymState":
-        return SymState(z3.Int(f"ctrl{tag}"), z3.Int(f"count{tag}"), z3.Real(f"start{tag}"), z3.Bool(f"armed{tag}"))
+    def __init__(self, outputs: dict[str, Any]) -> None:
+        self.outputs = outputs
 
-    @staticmethod
-    def initial() -> "SymState":
-        return SymState(z3.IntVal(CTRL[IDLE]), z3.IntVal(0), z3.RealVal(0), z3.BoolVal(True))
-
-    def wellformed(self) -> Any:
-        """What every reachable state satisfies (proved inductive by wait-accounting)."""
-        return z3.And(
-            z3.Or(self.ctrl == CTRL[IDLE], self.ctrl == CTRL[DELAYING]),
-            z3.Implies(self.ctrl == CTRL[IDLE], self.count == 0),
-            z3.Implies(self.ctrl == CTRL[DELAYING], self.count >= 1),
-        )
-
-    def local(self, now: Any, mrr: Any) -> Local:
-        waiting = self.ctrl == CTRL[DELAYING]
-        return Local(waiting, self.count, z3.If(waiting, self.start, now), self.armed, now, mrr)
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.__dict__["outputs"][name]
+        except KeyError:
+            raise AttributeError(f"the proofs do not encode decision field {name!r}") from None
 
 
-@dataclass
 class Outcome:
-    """One pass (negotiate, then finalize) as terms: the decision and the next state."""
+    """One pass (negotiate, then finalize) as terms: the outputs and the next state."""
 
-    reason: Any  # Int code, STUCK if no row fired
-    allow: Any
-    wfp: Any
-    wait_seconds: Any
-    next: SymState
+    def __init__(self, policy: Any, outputs: dict[str, Any], next_state: Any) -> None:
+        self.policy = policy
+        self.outputs = outputs
+        self.next = next_state
+        self.decision = SymDecision(outputs)
+
+    @property
+    def allow(self) -> Any:
+        return self.outputs["output_allow"]
 
     def decision_eq(self, other: "Outcome") -> Any:
-        return z3.And(self.allow == other.allow, self.reason == other.reason, self.wfp == other.wfp)
+        return z3.And(*[raw(self.outputs[k]) == raw(other.outputs[k]) for k in self.policy.decision_key])
 
     def shared_state_eq(self, other: "Outcome") -> Any:
-        return z3.And(self.next.ctrl == other.next.ctrl, self.next.count == other.next.count, self.next.armed == other.next.armed)
+        return shared_eq(self.policy, self.next, other.next)
 
 
-def encode_pass(o: Z3Ops, c: SymConfig, table: Table, st: SymState, v: View, s: Local) -> Outcome:
-    """The table's first-match semantics over both source states, as nested If terms."""
-    out = Outcome(
-        reason=z3.IntVal(STUCK),
-        allow=z3.BoolVal(False),
-        wfp=z3.IntVal(0),
-        wait_seconds=z3.RealVal(0),
-        next=SymState(st.ctrl, st.count, st.start, st.armed),
-    )
-    rows = [t for src in (IDLE, DELAYING) for t in table.by_source[src]]
+def shared_eq(policy: Any, a: Any, b: Any) -> Any:
+    return z3.And(*[raw(getattr(a, f)) == raw(getattr(b, f)) for f in policy.shared])
+
+
+def _default(kind: str) -> Any:
+    if kind == REASON:
+        return z3.IntVal(STUCK)
+    if kind == BOOL:
+        return z3.BoolVal(False)
+    if kind in (SECONDS, OPT_SECONDS, USAGE):
+        return z3.RealVal(0)
+    return z3.IntVal(0)
+
+
+def encode_pass(policy: Any, o: Z3Ops, c: Any, table: Table, st: Any, v: Any, s: Any) -> Outcome:
+    """The table's first-match semantics over every source state, as nested If terms."""
+    kinds = {f.name: f.kind for f in policy.decision_fields}
+    names = policy.proof.outputs
+    outputs = {n: _default(kinds[n]) for n in names}
+    state_kinds = [CONTROL] + [f.kind for f in policy.state_fields]
+    nxt = [raw(x) for x in st]
+    rows = [t for src in table.sources for t in table.by_source[src]]
     for t in reversed(rows):
-        fire = z3.And(st.ctrl == CTRL[t.source], holds(t, o, c, v, s))
-        e = Effect(t, o, c, v, s)
-        nctrl = CTRL[DELAYING] if t.dest == DELAYING else CTRL[IDLE]  # released -> idle at finalize
-        nstart = e.wait_start if e.wait_start is not None else z3.RealVal(0)
-        out = Outcome(
-            reason=z3.If(fire, REASON_CODE[t.reason], out.reason),
-            allow=z3.If(fire, z3.BoolVal(e.allow), out.allow),
-            wfp=z3.If(fire, e.wait_forward_passes, out.wfp),
-            wait_seconds=z3.If(fire, e.wait_seconds, out.wait_seconds),
-            next=SymState(
-                z3.If(fire, nctrl, out.next.ctrl),
-                z3.If(fire, e.delayed_count, out.next.count),
-                z3.If(fire, nstart, out.next.start),
-                z3.If(fire, o.And(e.skip_first_armed), out.next.armed),
-            ),
-        )
-    return out
+        fire = z3.And(st.control == t.source, holds(t, o, c, v, s))
+        d = policy.decide(o, c, t, v, s)
+        new = {}
+        for n in names:
+            value = getattr(d, n)
+            if kinds[n] == REASON:
+                value = policy.reasons.index(value)
+            elif kinds[n] == BOOL and isinstance(value, bool):
+                value = z3.BoolVal(value)
+            new[n] = z3.If(fire, value, outputs[n])
+        outputs = new
+        after = []
+        for i, (kind, value) in enumerate(zip(state_kinds, d.next_state)):
+            if i == 0:
+                value = policy.control_code(table.finalized(t.dest))  # the next pass starts finalized
+            elif kind == OPT_SECONDS and value is None:
+                value = z3.RealVal(0)
+            elif kind == BOOL:
+                value = o.And(value)
+            after.append(z3.If(fire, value, nxt[i]))
+        nxt = after
+    wrapped = {n: SymEnum(x, policy.reasons) if kinds[n] == REASON else x for n, x in outputs.items()}
+    return Outcome(policy, wrapped, policy.state_cls(SymEnum(nxt[0], policy.states), *nxt[1:]))
+
+
+__all__ = [
+    "Outcome", "SOLVER_TACTIC", "STUCK", "SymDecision", "SymEnum", "count_domain", "encode_pass", "initial_state",
+    "input_domain", "raw", "shared_eq", "sym_input", "sym_state", "sym_view", "with_fields", "TEXT",
+]

@@ -1,9 +1,12 @@
-"""Each invariant of the catalogue as Z3 queries over the spec's table.
+"""Each catalogue property as Z3 queries over a policy's table, read from its definition.
 
-A property is checked per structural ``Family`` over the aggregate view with
-a symbolic rank count (so for every DP size) and symbolic numeric parameters.
-``unsat`` of the negation is a proof; ``sat`` is a refutation (a model);
-anything else is ``unknown`` and never reported as proved.
+A property is checked per structural ``Family`` (the policy's ``proof.families``)
+over the aggregate view with a symbolic rank count (so for every DP size) and
+symbolic numeric parameters. Run invariants are the policy's monitors
+(``spec.monitors``); each kind has one inductive check here, which reads the
+monitor's own predicate and bound and the policy's ``couple`` as the
+strengthening. ``unsat`` of the negation is a proof; ``sat`` is a refutation (a
+model); anything else is ``unknown`` and never reported as proved.
 """
 
 from __future__ import annotations
@@ -13,13 +16,13 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import z3
 
-from ..spec.invariants import PROVED, REFUTED, UNKNOWN
+from ..spec.monitors import Agreement, GroupRunBound, PassRule, RunBound, RunReport
+from ..spec.policy import PROVED, REFUTED, UNKNOWN
 from ..spec.table import Table, holds
-from .model import CTRL, REASON_CODE, SOLVER_TACTIC, Family, Outcome, SymConfig, SymState, count_domain, encode_pass, sym_config, sym_view
-from .reference_z3 import reference_pass
+from .model import (
+    SOLVER_TACTIC, Outcome, encode_pass, initial_state, raw, shared_eq, sym_input, sym_state, sym_view, with_fields,
+)
 from .z3ops import Z3Ops
-
-IDLE, DELAYING = CTRL["idle"], CTRL["delaying"]
 
 
 @dataclass
@@ -39,7 +42,7 @@ class Solved(NamedTuple):
     why: str  # the solver's reason when UNKNOWN, else ""
 
 
-def _solve(assertions: list, timeout_ms: int) -> Solved:
+def solve(assertions: list, timeout_ms: int) -> Solved:
     s = z3.Then(*SOLVER_TACTIC).solver()
     s.set("timeout", timeout_ms)
     s.add(*assertions)
@@ -51,44 +54,58 @@ def _solve(assertions: list, timeout_ms: int) -> Solved:
     return Solved(UNKNOWN, None, s.reason_unknown())
 
 
+_solve = solve  # the name the layout checks use
+
+
 @dataclass
 class PassSetup:
-    """One symbolic pass from a well-formed state: everything a single-step property needs."""
+    """One symbolic pass from a well-formed state: everything a single-step property needs.
 
+    ``assumptions()`` includes the definitions of the fresh variables made so far
+    (a check that builds more terms on ``o`` asks for it after building them).
+    """
+
+    policy: Any
     o: Z3Ops
-    c: SymConfig
-    st: SymState
+    c: Any
+    st: Any
     v: Any
     now: Any
-    mrr: Any
+    inp: Any
     out: Outcome
-    assumptions: list
+    base: list
+
+    def assumptions(self) -> list:
+        return self.base + self.o.side
 
 
-def one_pass(fam: Family, table: Table, tag: str = "") -> PassSetup:
+def one_pass(policy: Any, fam: Any, table: Table, tag: str = "") -> PassSetup:
     o = Z3Ops()
-    c = sym_config(fam)
-    st = SymState.fresh(tag)
-    v, vdom = sym_view(c, tag)
-    now, mrr = z3.Real(f"now{tag}"), z3.Int(f"mrr{tag}")
-    out = encode_pass(o, c, table, st, v, st.local(now, mrr))
-    assumptions = c.domain() + vdom + [st.wellformed(), count_domain(st.count), count_domain(mrr)] + o.side
-    return PassSetup(o, c, st, v, now, mrr, out, assumptions)
+    c = policy.proof.sym_config(o, fam)
+    st = sym_state(policy, tag)
+    v, vdom = sym_view(policy, o, c, tag)
+    now = z3.Real(f"now{tag}")
+    inp = sym_input(policy, tag, policy.local_inputs)
+    out = encode_pass(policy, o, c, table, st, v, policy.local_for(o, st, now, inp))
+    base = policy.proof.config_domain(o, c) + vdom + [policy.type_ok(o, c, st)] + policy.local_domain(o, c, st, now, inp)
+    return PassSetup(policy, o, c, st, v, now, inp, out, base)
 
 
-def check_partition(fam: Family, table: Table, timeout_ms: int) -> Check:
+def check_partition(policy: Any, fam: Any, table: Table, timeout_ms: int) -> Check:
     """From each source state, exactly one negotiate row's guards hold."""
     o = Z3Ops()
-    c = sym_config(fam)
-    st = SymState.fresh("")
-    v, vdom = sym_view(c, "")
-    now, mrr = z3.Real("now"), z3.Int("mrr")
-    s = st.local(now, mrr)
-    for src in ("idle", "delaying"):
+    c = policy.proof.sym_config(o, fam)
+    st = sym_state(policy, "")
+    v, vdom = sym_view(policy, o, c, "")
+    now = z3.Real("now")
+    inp = sym_input(policy, "", policy.local_inputs)
+    s = policy.local_for(o, st, now, inp)
+    for src in table.sources:
         conds = [holds(t, o, c, v, s) for t in table.by_source[src]]
         exactly_one = z3.PbEq([(cd, 1) for cd in conds], 1)
-        status, model, why = _solve(
-            c.domain() + vdom + [st.ctrl == CTRL[src], st.wellformed(), count_domain(mrr), z3.Not(exactly_one)] + o.side,
+        status, model, why = solve(
+            policy.proof.config_domain(o, c) + vdom + [st.control == src, policy.type_ok(o, c, st)]
+            + policy.local_domain(o, c, st, now, inp) + [z3.Not(exactly_one)] + o.side,
             timeout_ms,
         )
         if status != PROVED:
@@ -96,164 +113,152 @@ def check_partition(fam: Family, table: Table, timeout_ms: int) -> Check:
     return Check(PROVED, fam.label())
 
 
-def check_force_allow(fam: Family, table: Table, timeout_ms: int) -> Check:
-    p = one_pass(fam, table)
-    claim = z3.And(p.out.allow, p.out.reason == REASON_CODE["token_watermark"])
-    status, model, why = _solve(p.assumptions + [p.v.num_force > 0, z3.Not(claim)], timeout_ms)
+def check_pass_rule(policy: Any, rule: PassRule, fam: Any, table: Table, timeout_ms: int) -> Check:
+    """On one pass from any well-formed state, the rule's premise implies its claim."""
+    p = one_pass(policy, fam, table)
+    bad = rule.violated(p.o, p.c, p.v, p.out.decision)
+    status, model, why = solve(p.assumptions() + [bad], timeout_ms)
     return Check(status, fam.label(), model=model, why=why)
 
 
-def check_none_allows(fam: Family, table: Table, timeout_ms: int) -> Check:
-    p = one_pass(fam, table)
-    status, model, why = _solve(p.assumptions + [p.v.num_prefillable == 0, z3.Not(p.out.allow)], timeout_ms)
-    return Check(status, fam.label(), model=model, why=why)
-
-
-def check_bounded_delay_step(fam: Family, table: Table, timeout_ms: int) -> Check:
-    """Induction: delayed_count <= bound holds initially and is preserved by every pass.
-
-    wait-accounting proves delayed_count is the length of the current run of delays.
-    """
-    p = one_pass(fam, table)
-    bound = p.c.bound()
-    init = SymState.initial()
-    base = z3.And(init.wellformed(), init.count <= bound)
-    post = z3.And(p.out.next.wellformed(), p.out.next.count <= bound)
-    status, model, why = _solve(p.assumptions + [p.st.count <= bound, z3.Not(z3.And(base, post))], timeout_ms)
+def check_run_bound(policy: Any, mon: RunBound, fam: Any, table: Table, timeout_ms: int) -> Check:
+    """Induction: the run coupled to the state by ``couple`` stays within the limit, from ``init`` on."""
+    p = one_pass(policy, fam, table)
+    o, c = p.o, p.c
+    run = z3.Int("run")
+    init = initial_state(policy)
+    base = z3.And(policy.type_ok(o, c, init), mon.couple(o, c, init, 0), mon.ok(o, c, 0))
+    after = mon.step(o, c, run, p.v, p.out.decision)
+    post = z3.And(policy.type_ok(o, c, p.out.next), mon.couple(o, c, p.out.next, after), mon.ok(o, c, after))
+    status, model, why = solve(
+        p.assumptions() + [run >= 0, mon.couple(o, c, p.st, run), mon.ok(o, c, run), z3.Not(z3.And(base, post))], timeout_ms
+    )
     return Check(status, fam.label(), "inductive step" if status == PROVED else "inductive step fails", model, why=why)
 
 
-def check_mixed_bounded_delay(fam: Family, table: Table, timeout_ms: int) -> Check:
-    """A delay on a mixed pass never takes the run past the bound, from any state."""
-    p = one_pass(fam, table)
-    mixed = z3.And(p.v.num_prefillable > 0, p.v.num_prefillable < p.v.n)
-    delayed = z3.Not(p.out.allow)
-    status, model, why = _solve(p.assumptions + [mixed, delayed, z3.Not(p.out.next.count <= p.c.bound())], timeout_ms)
-    return Check(status, fam.label(), model=model, why=why)
-
-
-def check_wait_accounting(fam: Family, table: Table, timeout_ms: int) -> Check:
-    """delayed_count counts the run: +1 per delay, reported and reset by the release."""
-    p = one_pass(fam, table)
-    waiting = p.st.ctrl == DELAYING
-    release_ok = z3.And(
-        p.out.wfp == p.st.count,
-        p.out.wait_seconds == z3.If(waiting, p.now - p.st.start, 0),
-        p.out.next.ctrl == IDLE,
-        p.out.next.count == 0,
-    )
-    delay_ok = z3.And(
-        p.out.reason == REASON_CODE["delay"],
-        p.out.wfp == 0,
-        p.out.next.ctrl == DELAYING,
-        p.out.next.count == p.st.count + 1,
-        p.out.next.start == z3.If(waiting, p.st.start, p.now),
-    )
-    claim = z3.And(p.out.reason != -1, z3.If(p.out.allow, release_ok, delay_ok), p.out.next.wellformed())
-    status, model, why = _solve(p.assumptions + [z3.Not(claim)], timeout_ms)
+def check_run_report(policy: Any, mon: RunReport, fam: Any, table: Table, timeout_ms: int) -> Check:
+    """Induction: a pass that ends a run reports it (its length, and the seconds since its first pass)."""
+    p = one_pass(policy, fam, table)
+    o, c = p.o, p.c
+    run, since = z3.Int("run"), z3.Real("since")
+    init = initial_state(policy)
+    base = z3.And(policy.type_ok(o, c, init), mon.couple(o, c, init, 0, since))
+    counts = mon.counts(o, c, p.v, p.out.decision)
+    reported = z3.Or(counts, mon.reported(o, run, since, p.out.decision, p.now))
+    run2, since2 = mon.step(o, run, since, counts, p.now)
+    post = z3.And(reported, policy.type_ok(o, c, p.out.next), mon.couple(o, c, p.out.next, run2, since2))
+    status, model, why = solve(p.assumptions() + [run >= 0, mon.couple(o, c, p.st, run, since), z3.Not(z3.And(base, post))],
+                               timeout_ms)
     return Check(status, fam.label(), model=model, why=why)
 
 
 @dataclass
 class PairSetup:
-    """Two ranks that share the control state, delayed_count, skip flag and gathered view,
-    each with its own clock, wait start and max_running_requests argument."""
+    """Two ranks that share the state variables the policy calls shared and the gathered view,
+    each with its own clock, its own other variables and its own local inputs."""
 
+    policy: Any
     o: Z3Ops
-    c: SymConfig
-    st: SymState
+    c: Any
+    st: Any
+    ranks: list
     v: Any
     outs: list
-    assumptions: list
+    base: list
+
+    def assumptions(self) -> list:
+        return self.base + self.o.side
 
 
-def rank_pair(fam: Family, table: Table, equal_args: bool) -> PairSetup:
+def rank_pair(policy: Any, fam: Any, table: Table, equal_args: bool) -> PairSetup:
     o = Z3Ops()
-    c = sym_config(fam)
-    st = SymState.fresh("")
-    v, vdom = sym_view(c, "")
-    outs, extra, mrrs = [], [], []
+    c = policy.proof.sym_config(o, fam)
+    st = sym_state(policy, "")
+    v, vdom = sym_view(policy, o, c, "")
+    own = [f.name for f in policy.state_fields if f.name not in policy.shared]
+    outs, extra, inputs, ranks = [], [], [], []
     for r in ("a", "b"):
-        now, start, mrr = z3.Real(f"now_{r}"), z3.Real(f"start_{r}"), z3.Int(f"mrr_{r}")
-        mine = SymState(st.ctrl, st.count, start, st.armed)
-        outs.append(encode_pass(o, c, table, mine, v, mine.local(now, mrr)))
-        extra += [count_domain(mrr), start <= now]
-        mrrs.append(mrr)
+        now = z3.Real(f"now_{r}")
+        mine = with_fields(policy, st, f"_{r}", own)
+        inp = sym_input(policy, f"_{r}", policy.local_inputs)
+        outs.append(encode_pass(policy, o, c, table, mine, v, policy.local_for(o, mine, now, inp)))
+        extra += policy.local_domain(o, c, mine, now, inp)
+        inputs.append(inp)
+        ranks.append(mine)
     if equal_args:
-        extra.append(mrrs[0] == mrrs[1])
-    assumptions = c.domain() + vdom + extra + [st.wellformed(), count_domain(st.count)] + o.side
-    return PairSetup(o, c, st, v, outs, assumptions)
+        extra += [getattr(inputs[0], n) == getattr(inputs[1], n) for n in policy.local_inputs]
+    base = policy.proof.config_domain(o, c) + vdom + extra + [policy.type_ok(o, c, st)]
+    return PairSetup(policy, o, c, st, ranks, v, outs, base)
 
 
-def check_agreement_step(fam: Family, table: Table, timeout_ms: int, equal_args: bool = False) -> Check:
-    """Two ranks sharing state and gathered view, with their own clocks, wait starts and mrr
-    (``equal_args``: the same mrr, so only the clocks differ)."""
-    p = rank_pair(fam, table, equal_args)
+def check_agreement(policy: Any, mon: Agreement, fam: Any, table: Table, timeout_ms: int) -> Check:
+    """Two ranks sharing state and gathered view, with their own clocks and local inputs
+    (``equal_args``: equal local inputs, so only the clocks differ), decide alike and stay in step."""
+    p = rank_pair(policy, fam, table, mon.equal_args)
     a, b = p.outs
     differ = z3.Not(z3.And(a.decision_eq(b), a.shared_state_eq(b)))
-    status, model, why = _solve(p.assumptions + [differ], timeout_ms)
+    status, model, why = solve(p.assumptions() + [differ], timeout_ms)
     return Check(status, fam.label(), model=model, why=why)
 
 
-def check_agreement_equal_args(fam: Family, table: Table, timeout_ms: int) -> Check:
-    return check_agreement_step(fam, table, timeout_ms, equal_args=True)
-
-
-def check_joint_progress(fam: Family, table: Table, timeout_ms: int) -> Check:
+def check_group_run(policy: Any, mon: GroupRunBound, fam: Any, table: Table, timeout_ms: int) -> Check:
     """Induction over any two ranks of the group (so over every rank count).
 
-    J: the two ranks share control state, delayed_count and skip flag, and
-    delayed_count <= bound. J holds for fresh delayers; the step shows every pass
-    keeps J and that a pass on which some rank delays is one on which both delay
-    and delayed_count grows by one. So W = max(max_delay_passes, 1) > bound
-    consecutive passes with a delaying rank would take delayed_count past the
-    bound: every window of W passes has a pass on which no rank delays.
+    J: the two ranks share their shared variables, and the group's run is
+    coupled to their state and within the window. J holds for fresh ranks; the
+    step shows every pass keeps J, so no window of ``window`` passes has a
+    counting rank on every pass.
     """
-    p = rank_pair(fam, table, equal_args=False)
+    p = rank_pair(policy, fam, table, equal_args=False)
+    o, c = p.o, p.c
     a, b = p.outs
-    bound = p.c.bound()
-    window = z3.If(p.c.max_delay_passes >= 1, p.c.max_delay_passes, 1)
-    init = SymState.initial()
-    base = z3.And(init.wellformed(), init.count <= bound, window > bound)
-    some_delay = z3.Or(z3.Not(a.allow), z3.Not(b.allow))
-    step = z3.And(
-        a.shared_state_eq(b),
-        a.next.wellformed(),
-        a.next.count <= bound,
-        z3.Implies(some_delay, z3.And(z3.Not(a.allow), z3.Not(b.allow), a.next.count == p.st.count + 1)),
-    )
-    status, model, why = _solve(p.assumptions + [p.st.count <= bound, z3.Not(z3.And(base, step))], timeout_ms)
+    run = z3.Int("run")
+    init = initial_state(policy)
+    base = z3.And(policy.type_ok(o, c, init), mon.couple(o, c, init, 0), mon.ok(o, c, 0))
+    some = z3.Or(*[mon.counts(o, c, p.v, out.decision) for out in p.outs])
+    after = mon.step(o, c, run, some)
+    step = z3.And(shared_eq(policy, a.next, b.next), policy.type_ok(o, c, a.next), mon.couple(o, c, a.next, after),
+                  mon.ok(o, c, after))
+    status, model, why = solve(p.assumptions() + [run >= 0, mon.couple(o, c, p.st, run), mon.ok(o, c, run),
+                                                  z3.Not(z3.And(base, step))], timeout_ms)
     return Check(status, fam.label(), "inductive step" if status == PROVED else "inductive step fails", model, why=why)
 
 
-def check_refinement(fam: Family, table: Table, timeout_ms: int) -> Check:
-    """The table's outcome equals the independent encoding of the releases' code (``reference_z3``) on every input."""
-    p = one_pass(fam, table)
-    side: list = []
-    ref = reference_pass(p.c, p.st, p.v, p.now, p.mrr, side)
+def check_refinement(policy: Any, fam: Any, table: Table, timeout_ms: int) -> Check:
+    """The table's outcome equals the policy's independent encoding of the release's code on every input."""
+    ref = policy.proof.reference
+    if ref is None:
+        return Check(UNKNOWN, fam.label(), "the policy has no independent encoding", why="no reference")
+    p = one_pass(policy, fam, table)
+    outputs, nxt = ref(p.o, p.c, p.st, p.v, p.now, p.inp)
     same = z3.And(
-        p.out.reason == ref.reason,
-        p.out.allow == ref.allow,
-        p.out.wfp == ref.wfp,
-        p.out.wait_seconds == ref.wait_seconds,
-        p.out.next.ctrl == ref.next.ctrl,
-        p.out.next.count == ref.next.count,
-        p.out.next.start == ref.next.start,
-        p.out.next.armed == ref.next.armed,
+        *[raw(p.out.outputs[k]) == raw(outputs[k]) for k in policy.proof.outputs],
+        *[raw(x) == raw(y) for x, y in zip(p.out.next, nxt)],
     )
-    status, model, why = _solve(p.assumptions + side + [z3.Not(same)], timeout_ms)
+    status, model, why = solve(p.assumptions() + [z3.Not(same)], timeout_ms)
     return Check(status, fam.label(), model=model, why=why)
 
 
-SINGLE_STEP: dict[str, Callable[[Family, Table, int], Check]] = {
+# A check per kind: monitors by their class, structural properties by name.
+MONITOR_CHECKS: dict[type, Callable[..., Check]] = {
+    PassRule: check_pass_rule,
+    RunBound: check_run_bound,
+    RunReport: check_run_report,
+    Agreement: check_agreement,
+    GroupRunBound: check_group_run,
+}
+STRUCTURAL_CHECKS: dict[str, Callable[..., Check]] = {
     "guards-partition": check_partition,
-    "force-allow": check_force_allow,
-    "none-allows": check_none_allows,
-    "bounded-delay": check_bounded_delay_step,
-    "mixed-bounded-delay": check_mixed_bounded_delay,
-    "agreement": check_agreement_step,
-    "agreement-equal-args": check_agreement_equal_args,
-    "joint-progress": check_joint_progress,
-    "wait-accounting": check_wait_accounting,
     "refinement": check_refinement,
 }
+
+
+def single_step(policy: Any, prop: str, fam: Any, table: Table, timeout_ms: int) -> Check:
+    """The single-step (or inductive) check of ``prop`` for one family."""
+    inv = policy.invariant(prop)
+    if inv is None:
+        raise KeyError(f"{policy.name} has no property {prop!r}")
+    check = inv.check
+    if isinstance(check, str):
+        return STRUCTURAL_CHECKS[check](policy, fam, table, timeout_ms)
+    return MONITOR_CHECKS[type(check)](policy, check, fam, table, timeout_ms)

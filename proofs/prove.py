@@ -1,24 +1,25 @@
-"""The catalogue run: every property on every profile, with counterexample traces for the refutations."""
+"""The catalogue run: every property of every policy on every profile, with traces for the refutations."""
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
-from ..spec.profiles import PROFILES
-from ..spec.invariants import BY_ID, CATALOGUE, PROVED, REFUTED, UNKNOWN
-from ..spec.table import Table, build_table
+from ..spec.policy import PROVED, REFUTED, UNKNOWN
+from ..spec.registry import all_profiles, policy_of
+from ..spec.table import Table
+from ..traces.violations import find_violation
 from . import bmc
 from .aggregates import check_aggregate_view
-from .families import Family, Scope, families
-from .properties import SINGLE_STEP
-from ..traces.violations import find_violation
+from .properties import single_step
+from .scope import scope_for
 
-# What the proofs range over by default: every queue ratio and every dp_size.
-PROVE_SCOPE = Scope()
+# What the proofs range over by default: every value of every "every value" switch (the
+# policy's default scope), every dp_size. ``prove``'s options pin some (``scope_options``).
+Options = Mapping[str, Any]
+DEFAULT_OPTIONS: Options = {}
 
 
 @dataclass
@@ -57,29 +58,6 @@ def _combine(statuses: Sequence[str]) -> str:
     return PROVED
 
 
-# Where a single-step refutation must be shown reachable from fresh delayers:
-# the family to unroll, and a first restriction to try (the defect expected),
-# dropped when it finds nothing (then any counterexample will do).
-Search = tuple[Callable, Callable[[Family], bool], Optional[Callable]]
-
-
-def _dp_attn_queue(f: Family) -> bool:
-    return f.enable_dp_attention and f.queue_ratio is not None and not f.pmr_on
-
-
-BMC_SEARCH: dict[str, Search] = {
-    # The slot path: no queue trigger needed.
-    "bounded-delay": (bmc.too_long_delay, lambda f: f.enable_dp_attention and f.queue_ratio is None, None),
-    # The clock (ranks passing identical arguments) first; else the local max_running_requests.
-    "agreement": (bmc.ranks_disagree, _dp_attn_queue, bmc.same_local_args),
-    "agreement-equal-args": (bmc.ranks_disagree, _dp_attn_queue, None),
-    # Ranks that parted ways take turns delaying.
-    "joint-progress": (bmc.no_joint_progress, _dp_attn_queue, None),
-}
-# Restrictions that are part of a property's statement: every search keeps them.
-BMC_ALWAYS: dict[str, Callable] = {"agreement-equal-args": bmc.same_local_args}
-
-
 def _unknown_note(checks: Sequence[Any], timeout_ms: int) -> str:
     """Why some check came back unknown: the per-query timeout, or the solver's own reason."""
     reasons = sorted({c.why or "no reason given" for c in checks if c.status == UNKNOWN})
@@ -90,34 +68,34 @@ def _unknown_note(checks: Sequence[Any], timeout_ms: int) -> str:
     return "unknown, not a timeout: the solver said " + ", ".join(repr(r) for r in reasons)
 
 
-def concrete(fam: Family, scope: Scope) -> Family:
-    """``fam`` at one ratio and one dp_size: a counterexample must be concrete to replay."""
-    ratio = scope.concrete_ratio() if fam.queue_ratio is not None else None
-    return dataclasses.replace(fam, queue_ratio=ratio, dp_size=fam.dp_size if fam.dp_size is not None else 4)
-
-
 Searched = dict  # (table, family, violation, restrictions) -> bmc.shortest's answer
 
 
 def _counterexample(
-    prop: str, fams: Sequence[Family], table: Table, timeout_ms: int, scope: Scope, searched: Searched
+    policy: Any, prop: str, fams: Sequence[Any], table: Table, timeout_ms: int, scope: Any, searched: Searched
 ) -> tuple[str, Optional[dict]]:
-    """The shortest run from fresh delayers showing ``prop``'s violation, or (why not, None).
+    """The shortest run from fresh ranks showing ``prop``'s violation, or (why not, None).
 
     ``searched`` holds the searches already run for this table (in one catalogue run):
     agreement's first search (the clock alone) is agreement-equal-args' search.
     """
-    violation, pick, first_try = BMC_SEARCH[prop]
-    always = BMC_ALWAYS.get(prop)
-    fam = concrete(next(f for f in fams if pick(f)), scope)
-    if first_try is bmc.same_local_args and SINGLE_STEP["agreement-equal-args"](fam, table, timeout_ms).status == PROVED:
-        first_try = None  # equal arguments cannot disagree here: go straight to any counterexample
+    pick, first_name = policy.proof.bmc_search[prop]
+    monitor = policy.invariant(prop).check
+    violation = bmc.violation_of(monitor)
+    first_try = bmc.RESTRICTIONS.get(first_name) if first_name else None
+    # A property stated for ranks passing equal local inputs keeps that restriction in every search.
+    always = bmc.same_local_args if getattr(monitor, "equal_args", False) else None
+    fam = policy.proof.concrete(next(f for f in fams if pick(f)), scope)
+    if first_try is bmc.same_local_args:
+        equal = next((inv for inv in policy.invariants if getattr(inv.check, "equal_args", False)), None)
+        if equal is not None and single_step(policy, equal.id, fam, table, timeout_ms).status == PROVED:
+            first_try = None  # equal arguments cannot disagree here: go straight to any counterexample
     outcome = "none"
     for extra in ([first_try, None] if first_try is not None else [None]):
         parts = frozenset(x for x in (always, extra) if x is not None)
-        key = (id(table), fam, violation, parts)
+        key = (id(table), fam, type(monitor), parts)
         if key not in searched:
-            searched[key] = bmc.shortest(fam, table, violation, bmc.all_of(*parts), timeout_ms)
+            searched[key] = bmc.shortest(policy, fam, table, violation, bmc.all_of(*parts), timeout_ms)
         outcome, trace = searched[key]
         if trace is not None:
             return outcome, copy.deepcopy(trace)
@@ -127,17 +105,21 @@ def _counterexample(
 
 
 def check_property(
-    prop: str, profile: str, table: Table, scope: Scope, timeout_ms: int, searched: Optional[Searched] = None
+    prop: str, profile: str, table: Table, scope: Any, timeout_ms: int, searched: Optional[Searched] = None
 ) -> Result:
-    expected = BY_ID[prop].expected[profile]
-    fams = families(profile, scope)
+    policy = policy_of(profile)
+    inv = policy.invariant(prop)
+    if inv is None:
+        raise KeyError(f"{policy.name} has no property {prop!r}")
+    expected = inv.expected[profile]
+    fams = policy.proof.families(profile, scope)
     t0 = time.perf_counter()
-    if prop == "aggregate-view":
-        checks = [check_aggregate_view(fams, timeout_ms)]
+    if inv.check == "aggregate-view":
+        checks = [check_aggregate_view(policy, fams, timeout_ms)]
         status = _combine([c.status for c in checks])
         note = "; ".join(x for x in (checks[0].note, _unknown_note(checks, timeout_ms)) if x)
         return Result(prop, profile, status, expected, time.perf_counter() - t0, "all", note)
-    checks = [SINGLE_STEP[prop](f, table, timeout_ms) for f in fams]
+    checks = [single_step(policy, prop, f, table, timeout_ms) for f in fams]
     status = _combine([c.status for c in checks])
     failing = [c.family for c in checks if c.status != PROVED]
     note = f"{len(fams)} families" + (f"; not proved in {', '.join(failing)}" if failing else "")
@@ -145,44 +127,47 @@ def check_property(
         note += "; " + _unknown_note(checks, timeout_ms)
     ranks: Any = "all"
     trace = None
-    if status == REFUTED and prop not in BMC_SEARCH:
-        # Over every ratio / dp_size a model may be an artefact of the over-approximation:
-        # keep the refutation only if it holds at a concrete ratio and dp_size too.
-        again = [SINGLE_STEP[prop](concrete(f, scope), table, timeout_ms) for f in fams]
+    searchable = prop in policy.proof.bmc_search
+    if status == REFUTED and not searchable:
+        # Over every value at once a model may be an artefact of the over-approximation:
+        # keep the refutation only if it holds at a concrete one too.
+        again = [single_step(policy, prop, policy.proof.concrete(f, scope), table, timeout_ms) for f in fams]
         if REFUTED not in [c.status for c in again]:
             status = UNKNOWN
             note += "; refuted only over every ratio / dp_size at once, not at a concrete one"
-    if status == REFUTED and prop in BMC_SEARCH:
-        outcome, trace = _counterexample(prop, fams, table, timeout_ms, scope, {} if searched is None else searched)
+    if status == REFUTED and searchable:
+        outcome, trace = _counterexample(policy, prop, fams, table, timeout_ms, scope, {} if searched is None else searched)
         if trace is None:
             status = UNKNOWN
             why = f"the solver hit --timeout-ms {timeout_ms}" if outcome == "timeout" else f"none within {bmc.MAX_PASSES} passes"
             note += f"; no run from fresh delayers shows it ({why})"
         else:
             trace = {"property": prop, "profile": profile, **trace}
-            trace["violation"] = find_violation(prop, trace["config"], [p["expect"] for p in trace["passes"]]) or "?"
+            trace["violation"] = find_violation(prop, trace) or "?"
             ranks = len(trace["passes"][0]["ranks"])
             note += f"; counterexample: {len(trace['passes'])} passes"
     return Result(prop, profile, status, expected, time.perf_counter() - t0, ranks, note, trace)
 
 
 def run_catalogue(
-    profiles: Sequence[str] = PROFILES,
-    scope: Scope = PROVE_SCOPE,
+    profiles: Optional[Sequence[str]] = None,
+    options: Options = DEFAULT_OPTIONS,
     timeout_ms: int = 20000,
-    table_for: Callable[[str], Table] = build_table,
+    table_for: Optional[Any] = None,
     properties: Optional[Sequence[str]] = None,
     fail_fast: bool = False,
 ) -> list[Result]:
-    """Each property (the catalogue, or ``properties`` in that order) for each profile.
+    """Each property (the policy's catalogue, or ``properties`` in that order) for each profile.
 
     ``fail_fast`` stops at the first property whose status is not the expected one.
     """
     results = []
-    order = [inv.id for inv in CATALOGUE] if properties is None else list(properties)
-    for profile in profiles:
-        table = table_for(profile)
+    for profile in profiles if profiles is not None else all_profiles():
+        policy = policy_of(profile)
+        table = table_for(profile) if table_for is not None else policy.build_table(profile)
+        scope = scope_for(policy, options)
         searched: Searched = {}
+        order = policy.invariant_ids if properties is None else [p for p in properties if policy.invariant(p) is not None]
         for prop in order:
             res = check_property(prop, profile, table, scope, timeout_ms, searched)
             results.append(res)
@@ -191,19 +176,19 @@ def run_catalogue(
     return results
 
 
-def run_parallel(profiles: Sequence[str], timeout_ms: int, jobs: int, scope: Scope = PROVE_SCOPE) -> list[Result]:
+def run_parallel(profiles: Sequence[str], timeout_ms: int, jobs: int, options: Options = DEFAULT_OPTIONS) -> list[Result]:
     """Profiles spread over ``jobs`` processes (Z3 is single-threaded; CI has two cores)."""
     if jobs <= 1 or len(profiles) <= 1:
-        return run_catalogue(profiles, scope, timeout_ms=timeout_ms)
+        return run_catalogue(profiles, options, timeout_ms=timeout_ms)
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
     with ProcessPoolExecutor(max_workers=min(jobs, len(profiles)), mp_context=ctx) as pool:
-        parts = pool.map(_run_one_profile, [(p, timeout_ms, scope) for p in profiles])
+        parts = pool.map(_run_one_profile, [(p, timeout_ms, dict(options)) for p in profiles])
         return [r for part in parts for r in part]
 
 
-def _run_one_profile(job: tuple[str, int, Scope]) -> list[Result]:
-    profile, timeout_ms, scope = job
-    return run_catalogue((profile,), scope, timeout_ms=timeout_ms)
+def _run_one_profile(job: tuple[str, int, dict]) -> list[Result]:
+    profile, timeout_ms, options = job
+    return run_catalogue((profile,), options, timeout_ms=timeout_ms)

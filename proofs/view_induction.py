@@ -2,17 +2,18 @@
 
 Two steps, neither of which restates the view:
 
-1. *Fold structure, read from the spec.* ``view_folds`` runs the spec's own
+1. *Fold structure, read from the code.* ``view_folds`` runs the policy's
    ``gathered_view`` on rows of recording symbols (``FoldOps``) and reads off,
-   for each ``View`` field, how it aggregates: the number of counted rows, or the
+   for each view field, how it aggregates: the number of counted rows, or the
    sum / max / "any > 0" of one row field, over the counted rows or over all
    rows. It asks for several layouts (DP groups x ranks per group) and requires
-   one answer: the view is a fold of per-row values by commutative, associative
-   operations, so the view of n + 1 rows is the view of n rows merged with one.
-   A field that is anything else (another rank counted, a field mixed in, a
-   comparison other than "> 0") is reported, and the proof fails.
-2. *Induction, in Z3, once.* With ``D(v)`` the abstract view's domain
-   (``model.view_domain``) and rows built by the spec's ``local_row`` from
+   one answer, the one the policy declares (``Policy.view``): the view is a fold
+   of per-row values by commutative, associative operations, so the view of
+   n + 1 rows is the view of n rows merged with one. A field that is anything
+   else (another rank counted, a field mixed in, a comparison other than "> 0")
+   is reported, and the proof fails.
+2. *Induction, in Z3, once.* With ``D(v)`` the abstract view's domain (the
+   policy's ``view_domain``) and rows built by the policy's ``local_row`` from
    arbitrary inputs and state:
    - base: the view of one counted row is in ``D`` with n = 1, and every ``v`` in
      ``D`` with n = 1 is the view of one row;
@@ -33,25 +34,10 @@ from typing import Any, Optional, Sequence
 
 import z3
 
-from ..spec.inputs import PassInput
-from ..spec.invariants import PROVED, REFUTED
-from ..spec.view import ROW_FIELDS, Local, View, gathered_view, local_row
-from .model import Family, count_domain, sym_config, sym_view, view_domain
-from .properties import Check, _solve
+from ..spec.policy import PROVED, REFUTED
+from .model import input_domain, sym_input, sym_state, sym_view
+from .properties import Check, solve
 from .z3ops import Z3Ops
-
-# What each View field means, written independently of ``spec.view`` (as the glossary and
-# the releases' code define it): (kind, row field, over which rows).
-MEANING = {
-    "n": ("count", None, "counted"),
-    "num_prefillable": ("sum", "prefillable", "counted"),
-    "num_force": ("sum", "force", "counted"),
-    "running_batch": ("max", "running_batch", "counted"),
-    "max_prefill_bs": ("max", "max_prefill_bs", "counted"),
-    "waiting_queue_len": ("max", "waiting_queue_len", "counted"),
-    "timeout_any": ("any", "timeout_expired", "counted"),  # SGLang 0.5.22: tp0_info[:, 5].max() > 0
-    "mrr_max": ("max", "max_running_requests", "all"),  # ours: no rank's value is lost
-}
 
 # Layouts the fold structure is read from: (DP groups, ranks per group).
 # With one rank per group "counted" and "all" coincide, so those layouts check kind and field only.
@@ -103,7 +89,7 @@ class FieldFold:
     """How one View field aggregates: ``kind`` of row field ``field`` over ``scope`` rows."""
 
     kind: str  # "count" | "sum" | "max" | "any"
-    field: Optional[int]
+    field: Optional[str]
     scope: str  # "counted" | "all"
 
 
@@ -114,7 +100,7 @@ class _LayoutConfig:
         self.dp_dim, self.group_size = groups, group_size
 
 
-def _read(name: str, value: Any, groups: int, size: int) -> FieldFold:
+def _read(name: str, value: Any, groups: int, size: int, index: dict[int, str]) -> FieldFold:
     counted = [g * size for g in range(groups)]
     if isinstance(value, int) and not isinstance(value, bool):
         if value == groups:
@@ -134,16 +120,18 @@ def _read(name: str, value: Any, groups: int, size: int) -> FieldFold:
         scope = "all"
     else:
         raise ValueError(f"{name} aggregates ranks {ranks}, neither the first of each DP group {counted} nor all")
-    return FieldFold(value.kind, fields.pop(), scope)
+    return FieldFold(value.kind, index[fields.pop()], scope)
 
 
-def view_folds(layouts: Sequence[tuple[int, int]] = FOLD_LAYOUTS) -> dict[str, FieldFold]:
-    """Each View field's fold, read from ``gathered_view``; the same for every layout (else ValueError)."""
+def view_folds(policy: Any, layouts: Sequence[tuple[int, int]] = FOLD_LAYOUTS) -> dict[str, FieldFold]:
+    """Each view field's fold, read from ``gathered_view``; the same for every layout (else ValueError)."""
     found: Optional[dict[str, FieldFold]] = None
+    width = len(policy.row)
+    index = dict(enumerate(policy.row_names))
     for groups, size in layouts:
-        rows = [[Cell(r, f) for f in range(7)] for r in range(groups * size)]
-        view = gathered_view(FoldOps, _LayoutConfig(groups, size), rows)
-        folds = {name: _read(name, value, groups, size) for name, value in view._asdict().items()}
+        rows = [[Cell(r, f) for f in range(width)] for r in range(groups * size)]
+        view = policy.gathered_view(FoldOps, _LayoutConfig(groups, size), rows)
+        folds = {name: _read(name, value, groups, size, index) for name, value in view._asdict().items()}
         if found is not None:  # a layout with one rank per group cannot tell the scopes apart
             folds = {k: replace(f, scope=found[k].scope) if f.scope == "either" else f for k, f in folds.items()}
         elif any(f.scope == "either" for f in folds.values()):
@@ -157,8 +145,9 @@ def view_folds(layouts: Sequence[tuple[int, int]] = FOLD_LAYOUTS) -> dict[str, F
     return found
 
 
-def merge(v: View, row: Sequence[Any], counted: bool, folds: dict[str, FieldFold]) -> View:
+def merge(policy: Any, v: Any, row: Sequence[Any], counted: bool, folds: dict[str, FieldFold]) -> Any:
     """The view after one more row (a counted one, or another rank of some DP group)."""
+    index = {name: i for i, name in enumerate(policy.row_names)}
     out = {}
     for name, f in folds.items():
         old = getattr(v, name)
@@ -167,79 +156,79 @@ def merge(v: View, row: Sequence[Any], counted: bool, folds: dict[str, FieldFold
         elif f.kind == "count":
             out[name] = old + 1
         elif f.kind == "sum":
-            out[name] = old + row[f.field]
+            out[name] = old + row[index[f.field]]
         elif f.kind == "max":
-            out[name] = z3.If(old >= row[f.field], old, row[f.field])
+            x = row[index[f.field]]
+            out[name] = z3.If(old >= x, old, x)
         else:  # any
-            out[name] = z3.Or(old, row[f.field] > 0)
-    return View(**out)
+            out[name] = z3.Or(old, row[index[f.field]] > 0)
+    return policy.view_cls(**out)
 
 
-def _symbolic_row(o: Z3Ops, c: Any, tag: str) -> tuple[list, list]:
+def symbolic_row(policy: Any, o: Z3Ops, c: Any, tag: str) -> tuple[list, list]:
     """A row from ``local_row`` of a rank with arbitrary inputs and state, and its domain."""
-    pre, tu = z3.Bool(f"pre{tag}"), z3.Real(f"tu{tag}")
-    rb, pb, wq, mrr = (z3.Int(f"{f}{tag}") for f in ("rb", "pb", "wq", "mrr"))
-    waiting, count, now, start = z3.Bool(f"waiting{tag}"), z3.Int(f"count{tag}"), z3.Real(f"now{tag}"), z3.Real(f"start{tag}")
-    dom = [tu >= 0, count >= 0] + [count_domain(x) for x in (rb, pb, wq, mrr)]
-    row = local_row(o, c, PassInput(pre, tu, rb, pb, mrr, wq), Local(waiting, count, start, z3.Bool(f"armed{tag}"), now, mrr))
-    return row, dom
+    st = sym_state(policy, tag)
+    now = z3.Real(f"now{tag}")
+    inp = sym_input(policy, tag, policy.input_names)
+    local = policy.local_for(o, st, now, inp)
+    dom = input_domain(policy, inp) + policy.local_domain(o, c, st, now, inp)
+    return policy.local_row(o, c, inp, local), dom
 
 
-def _witness_row(o: Z3Ops, c: Any, v: View) -> list:
-    """A row that adds one prefillable (and forcing) rank when ``v`` has one, and ``v``'s maxima and flag."""
-    pre = v.num_prefillable >= 1
-    tu = z3.If(v.num_force >= 1, z3.RealVal(0), c.watermark)
-    now = z3.If(v.timeout_any, c.max_delay_ms / 1000, 0)
-    inp = PassInput(pre, tu, v.running_batch, v.max_prefill_bs, v.mrr_max, v.waiting_queue_len)
-    return local_row(o, c, inp, Local(v.timeout_any, z3.IntVal(1), z3.RealVal(0), z3.BoolVal(False), now, v.mrr_max))
+def _row_of(policy: Any, o: Z3Ops, c: Any, made: tuple) -> list:
+    inp, local = made
+    return policy.local_row(o, c, inp, local)
 
 
-def _same(a: View, b: View) -> Any:
+def _same(a: Any, b: Any) -> Any:
     return z3.And(*[x == y for x, y in zip(a, b)])
 
 
-def check_view_induction(fam: Family, timeout_ms: int) -> Check:
+def _declared(policy: Any) -> dict[str, tuple]:
+    return {a.name: (a.kind, a.field, a.over) for a in policy.view}
+
+
+def check_view_induction(policy: Any, fam: Any, timeout_ms: int) -> Check:
     label = f"{fam.label()} induction"
     try:
-        folds = view_folds()
+        folds = view_folds(policy)
     except ValueError as exc:
         return Check(REFUTED, label, f"gathered_view is not a fold of the rows: {exc}")
-    meant = {k: (f.kind, None if f.field is None else ROW_FIELDS[f.field], f.scope) for k, f in folds.items()}
-    wrong = [f"{k} is {meant.get(k)}, means {MEANING[k]}" for k in MEANING if meant.get(k) != MEANING[k]]
-    if wrong or set(meant) != set(MEANING):
-        return Check(REFUTED, label, "gathered_view's folds differ from what the view means: " + "; ".join(wrong))
-    c = replace(sym_config(fam), enable_dp_attention=True)  # n = the number of DP groups, symbolic
-    queries = []
+    meant = {k: (f.kind, f.field, f.scope) for k, f in folds.items()}
+    declared = _declared(policy)
+    wrong = [f"{k} is {meant.get(k)}, declared {declared[k]}" for k in declared if meant.get(k) != declared[k]]
+    if wrong or set(meant) != set(declared):
+        return Check(REFUTED, label, "gathered_view's folds differ from what the view declares: " + "; ".join(wrong))
+    hooks = policy.proof
     o = Z3Ops()
+    c = replace(hooks.sym_config(o, fam), enable_dp_attention=True)  # n = the number of DP groups, symbolic
+    queries = []
+    one_group = replace(c, dp_size=1)
     # base: one counted row.
-    row, rdom = _symbolic_row(o, c, "_b")
-    one = gathered_view(o, replace(c, dp_size=1), [row])
-    queries.append(("base, sound", rdom, z3.And(*view_domain(one._replace(n=z3.IntVal(one.n)), c))))
-    v1, v1dom = sym_view(c, "_b1")
+    row, rdom = symbolic_row(policy, o, c, "_b")
+    one = policy.gathered_view(o, one_group, [row])
+    queries.append(("base, sound", rdom, z3.And(*policy.view_domain(o, c, one._replace(n=z3.IntVal(one.n))))))
+    v1, v1dom = sym_view(policy, o, c, "_b1")
     v1dom = v1dom + [v1.n == 1]
-    w1 = gathered_view(o, replace(c, dp_size=1), [_witness_row(o, c, v1)])
+    w1 = policy.gathered_view(o, one_group, [_row_of(policy, o, c, hooks.witness_row(o, c, v1))])
     queries.append(("base, complete", v1dom, _same(w1._replace(n=z3.IntVal(w1.n)), v1)))
     # step: a counted row, and a row that is not counted.
-    v, vdom = sym_view(c, "_s")
-    row, rdom = _symbolic_row(o, c, "_s")
-    grown = merge(v, row, True, folds)
-    queries.append(("counted row, sound", vdom + rdom, z3.And(*view_domain(grown, c))))
-    other = merge(v, row, False, folds)
-    queries.append(("other row, sound", vdom + rdom, z3.And(*view_domain(other, c))))
+    v, vdom = sym_view(policy, o, c, "_s")
+    row, rdom = symbolic_row(policy, o, c, "_s")
+    grown = merge(policy, v, row, True, folds)
+    queries.append(("counted row, sound", vdom + rdom, z3.And(*policy.view_domain(o, c, grown))))
+    other = merge(policy, v, row, False, folds)
+    queries.append(("other row, sound", vdom + rdom, z3.And(*policy.view_domain(o, c, other))))
     # complete: every view of n' >= 2 counted rows splits into one of n' - 1 and one row.
-    v2, v2dom = sym_view(c, "_c")
-    w = _witness_row(o, c, v2)
-    less = v2._replace(
-        n=v2.n - 1,
-        num_prefillable=v2.num_prefillable - z3.If(v2.num_prefillable >= 1, 1, 0),
-        num_force=v2.num_force - z3.If(v2.num_force >= 1, 1, 0),
-    )
-    split = z3.And(*view_domain(less, c), _same(merge(less, w, True, folds), v2))
+    v2, v2dom = sym_view(policy, o, c, "_c")
+    w = _row_of(policy, o, c, hooks.witness_row(o, c, v2))
+    less = hooks.split_view(o, v2)
+    split = z3.And(*policy.view_domain(o, c, less), _same(merge(policy, less, w, True, folds), v2))
     queries.append(("counted row, complete", v2dom + [v2.n >= 2], split))
-    idle = local_row(o, c, PassInput(z3.BoolVal(False), z3.RealVal(0), 0, 0, 0, 0), Local(z3.BoolVal(False), z3.IntVal(0), z3.RealVal(0), z3.BoolVal(False), z3.RealVal(0), 0))
-    queries.append(("other row, complete", vdom, _same(merge(v, idle, False, folds), v)))
+    idle = _row_of(policy, o, c, hooks.idle_row(o))
+    queries.append(("other row, complete", vdom, _same(merge(policy, v, idle, False, folds), v)))
     for name, assumptions, claim in queries:
-        res = _solve(c.domain() + assumptions + o.side + [z3.Not(claim)], timeout_ms)
+        res = solve(hooks.config_domain(o, c) + assumptions + o.side + [z3.Not(claim)], timeout_ms)
         if res.status != PROVED:
             return Check(res.status, label, f"{name} fails", res.model, why=res.why)
     kinds = ", ".join(f"{k}={f.kind}" + ("" if f.scope == "counted" else " over all rows") for k, f in folds.items())

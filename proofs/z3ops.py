@@ -14,9 +14,8 @@ from typing import Any, Iterable
 
 import z3
 
-from ..spec.config import MAX_QUEUE_MIN_RATIO
-from ..spec.inputs import MAX_COUNT
-from .families import ANY_RATIO
+from ..spec.fields import MAX_COUNT
+from ..spec.ops import AnyValue, SymbolicOps
 
 _fresh = itertools.count()
 
@@ -29,12 +28,12 @@ _CEIL_DIV_ANY = z3.Function("ceil_div_any_divisor", z3.IntSort(), z3.IntSort(), 
 
 
 def floor_mul_term(n: Any, ratio: Any, side: list) -> Any:
-    """``int(float(n) * ratio)`` for a configured ratio (exact), or for ``ANY_RATIO``: a value
-    that ranges over everything ``int(n * r)`` can be for some r in (0, MAX_QUEUE_MIN_RATIO]."""
-    if ratio is ANY_RATIO:
+    """``int(float(n) * ratio)`` for a configured ratio (exact), or for an ``AnyValue`` ratio: a value
+    that ranges over everything ``int(n * r)`` can be for some r in (0, high]."""
+    if isinstance(ratio, AnyValue):
         f = _TIMES_ANY_RATIO(n)
-        # fl(n * r) <= n * 2^20 (exact, and rounding is monotone); int(0 * r) == 0.
-        side.append(z3.And(f >= 0, f <= n * int(MAX_QUEUE_MIN_RATIO), z3.Implies(n == 0, f == 0)))
+        # fl(n * r) <= n * high (exact for a power of two, and rounding is monotone); int(0 * r) == 0.
+        side.append(z3.And(f >= 0, f <= n * int(ratio.high), z3.Implies(n == 0, f == 0)))
         return f
     return int_of_double_product(n, ratio, side)
 
@@ -118,16 +117,46 @@ class Z3Ops:
         return ceil_div_term(a, b, self.side)
 
     def floor_mul(self, a: Any, ratio: Any) -> Any:
-        if not (isinstance(ratio, float) or ratio is ANY_RATIO):
-            raise TypeError("floor_mul needs the configured ratio as a concrete float, or ANY_RATIO")
+        if not (isinstance(ratio, (float, AnyValue))):
+            raise TypeError("floor_mul needs the configured ratio as a concrete float, or an AnyValue")
         # Guards of several rows ask for the same product: define it once.
-        key = (a.get_id() if isinstance(a, z3.AstRef) else a, id(ratio) if ratio is ANY_RATIO else ratio)
+        key = (a.get_id() if isinstance(a, z3.AstRef) else a, ratio)
         if key not in self._floor_mul:
             self._floor_mul[key] = floor_mul_term(a, ratio, self.side)
         return self._floor_mul[key]
 
     def num(self, x: Any) -> Any:
         return exact_real(x)
+
+    # ----- variables and constants (``spec.ops.SymbolicOps``) -------------------------
+
+    @staticmethod
+    def Int(name: str) -> Any:
+        return z3.Int(name)
+
+    @staticmethod
+    def Real(name: str) -> Any:
+        return z3.Real(name)
+
+    @staticmethod
+    def Bool(name: str) -> Any:
+        return z3.Bool(name)
+
+    @staticmethod
+    def IntVal(x: int) -> Any:
+        return z3.IntVal(x)
+
+    @staticmethod
+    def RealVal(x: Any) -> Any:
+        return z3.RealVal(x)
+
+    @staticmethod
+    def BoolVal(x: bool) -> Any:
+        return z3.BoolVal(x)
+
+    @staticmethod
+    def ToReal(x: Any) -> Any:
+        return z3.ToReal(x)
 
 
 def int_of_double_product(n: Any, ratio: float, side: list) -> Any:
@@ -163,3 +192,6 @@ def int_of_double_product(n: Any, ratio: float, side: list) -> Any:
         h54 = z3.If(k == lo, z3.IntVal(2**e), z3.IntVal(2 ** (e + 1)))
         cases.append(z3.And(k >= lo, k < 2 * lo, prod * 2**54 >= k * den * 2**54 - den * h54))
     return f + z3.If(z3.Or(*cases), z3.IntVal(1), z3.IntVal(0))
+
+
+_checked: SymbolicOps = Z3Ops()  # mypy: the proofs' layer implements the whole symbolic interface

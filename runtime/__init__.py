@@ -5,6 +5,7 @@ Importing this package needs neither torch (imported when a default
 ``PrometheusPrefillDelayerMetrics`` is built), and never imports z3 or hypothesis.
 """
 
+from .core import PolicyCore
 from .delayer import PrefillDelayer, PrefillDelayerSinglePassExecutor
 from .errors import CollectiveError, ConfigMismatchError, PeerInputError
 from .gather import GatherFn, TorchGather
@@ -18,6 +19,7 @@ __all__ = [
     "GatherFn",
     "InProcessGroup",
     "PeerInputError",
+    "PolicyCore",
     "PrefillDelayer",
     "PrefillDelayerSinglePassExecutor",
     "PrometheusPrefillDelayerMetrics",

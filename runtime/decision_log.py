@@ -8,17 +8,20 @@ replays the lines through the ``transitions`` machine.
 
 Lines (``kind`` first):
 
+The schema is ``spec.schema`` (format 1), by the policy's own names. Lines (``kind`` first):
+
 * ``header``, first in every file: the full configuration, its fingerprint, the
   profile, the spec hash, this rank's place in the gather, the run id, and the
   field names of the rows, states and decisions;
 * ``pass``, per successful pass: pass number, rank, wall time, this rank's
-  clock reading (``now``), ``token_usage`` and ``max_running_requests``
-  (``mrr``), the gathered rows exactly as received (concatenated, rank order),
-  the state before (finalized), the decision and the state after, then
-  profile, spec hash and fingerprint;
+  clock reading (``now``), its readings (the policy's ``LogSchema.readings``; for
+  SGLang's delayer ``token_usage`` and ``max_running_requests`` as ``mrr``),
+  the gathered rows exactly as received (concatenated, rank order), the state
+  before (finalized), the decision and the state after, then profile, spec hash
+  and fingerprint;
 * ``fail``, per failed pass (``PeerInputError``, ``ConfigMismatchError``,
   ``CollectiveError``): the error and what the pass had seen;
-* ``set``: the seed's ``skip_first_delayer`` flag set from outside.
+* ``set``: a state variable set from outside (the seed's ``skip_first_delayer``).
 
 Why the hot path looks like this: a pass must cost at most a few µs more with
 the log on. The line is formatted directly (no dict, no ``json.dumps``; a
@@ -46,10 +49,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Optional, Sequence, Union
 
-from ..fsm.step import Decision, State
 from ..spec.config import Config
 from ..spec.errors import ConfigError
-from ..spec.view import ROW_FIELDS
+from ..spec.fields import BOOL, CONTROL, COUNT, OPT_SECONDS, REASON, SECONDS, TEXT, USAGE
+from ..spec.schema import KIND_FAIL, KIND_HEADER, KIND_PASS, KIND_SET, LOG_FORMAT, decision_keys, state_keys
+from .envelope import FIELDS as ENVELOPE_FIELDS
 from .metrics import count_decision_log_error
 
 logger = logging.getLogger(__name__)
@@ -57,7 +61,7 @@ logger = logging.getLogger(__name__)
 DECISION_LOG_ENV = "PREFILL_DELAYER_DECISION_LOG"
 MAX_MB_ENV = "PREFILL_DELAYER_DECISION_LOG_MAX_MB"
 KEEP_ENV = "PREFILL_DELAYER_DECISION_LOG_KEEP"
-FORMAT = 1
+FORMAT = LOG_FORMAT
 DEFAULT_MAX_BYTES = 256 * 2**20
 DEFAULT_BACKUP_COUNT = 8
 DEFAULT_FLUSH_INTERVAL_S = 0.5
@@ -65,9 +69,6 @@ DEFAULT_FLUSH_INTERVAL_S = 0.5
 # disk): the log stops rather than grow without bound.
 MAX_PENDING = 1 << 17
 
-KIND_HEADER, KIND_PASS, KIND_FAIL, KIND_SET = "header", "pass", "fail", "set"
-STATE_FIELDS = State._fields
-DECISION_FIELDS = tuple(f for f in Decision._fields if f != "next_state")
 
 _BOOL = {True: "true", False: "false"}
 _flt = float.__repr__
@@ -187,12 +188,58 @@ def _safe(x: Any) -> Any:
     return repr(x)
 
 
-def state_text(s: State) -> str:
-    ws = s[2]
-    return (
-        f'{{"control":"{s[0]}","delayed_count":{s[1]:d},"wait_start":{"null" if ws is None else _flt(float(ws))},'
-        f'"skip_first_armed":{_BOOL[bool(s[3])]}}}'
-    )
+def _text_of(kind: str, expr: str) -> str:
+    """An f-string fragment writing ``expr`` (a value of ``kind``) as JSON."""
+    if kind in (CONTROL, REASON, TEXT):
+        return f'"{{{expr}}}"'
+    if kind == BOOL:
+        return f"{{_BOOL[bool({expr})]}}"
+    if kind == COUNT:
+        return f"{{{expr}:d}}"
+    if kind in (SECONDS, USAGE):
+        return f"{{_flt(float({expr}))}}"
+    if kind == OPT_SECONDS:
+        return f'{{"null" if {expr} is None else _flt(float({expr}))}}'
+    raise ValueError(f"no log text for kind {kind!r}")
+
+
+def _compile(source: str, name: str) -> Any:
+    namespace: dict[str, Any] = {"_BOOL": _BOOL, "_flt": _flt}
+    exec(compile(source, f"<prefill_delayer.runtime.decision_log {name}>", "exec"), namespace)
+    return namespace[name]
+
+
+@functools.lru_cache(maxsize=None)
+def _formatters(policy_name: str) -> tuple[Any, Any, Any]:
+    """(state text, decision text, readings text) of a policy: f-strings generated from its fields' kinds,
+    so a line is formatted directly (no dict, no json.dumps) for any policy."""
+    from ..spec.registry import policy_named
+
+    policy = policy_named(policy_name)
+    kinds = [CONTROL] + [f.kind for f in policy.state_fields]
+    parts = ",".join(f'"{name}":{_text_of(kind, f"s[{i}]")}' for i, (name, kind) in enumerate(zip(state_keys(policy), kinds)))
+    state = _compile(f"def state_text(s):\n    return f'{{{{{parts}}}}}'\n", "state_text")
+    parts = ",".join(f'"{f.name}":{_text_of(f.kind, f"d[{i + 1}]")}' for i, f in enumerate(policy.decision_fields))
+    decision = _compile(f"def decision_text(d):\n    return f'{{{{{parts}}}}}'\n", "decision_text")
+    by_name = {f.name: f for f in policy.inputs}
+    parts = ",".join(f'"{key}":{_text_of(by_name[name].kind, f"r[{i}]")}' for i, (name, key) in enumerate(policy.log.readings))
+    readings = _compile(f"def readings_text(r):\n    return f'{parts}'\n", "readings_text")
+    return state, decision, readings
+
+
+def state_text(s: Any, policy_name: Optional[str] = None) -> str:
+    """A state as the log writes it (JSON, keys the policy's ``State`` fields)."""
+    name = policy_name if policy_name is not None else _policy_of_state(s)
+    return _formatters(name)[0](s)  # type: ignore[no-any-return]
+
+
+def _policy_of_state(s: Any) -> str:
+    from ..spec.registry import policies
+
+    for pol in policies():
+        if type(s) is pol.state_cls:
+            return pol.name
+    raise TypeError(f"{type(s).__name__} is no policy's State")
 
 
 class DecisionLog:
@@ -227,7 +274,9 @@ class DecisionLog:
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._batch = 1024
-        self._state_cache: dict[State, str] = {}
+        policy = config.policy
+        self._state_text, self._decision_text, self._readings_text = _formatters(policy.name)
+        self._state_cache: dict[Any, str] = {}
         fp = config.fingerprint()
         self._header = {
             "kind": KIND_HEADER,
@@ -244,9 +293,9 @@ class DecisionLog:
             "started": time.time(),
             "pid": os.getpid(),
             "host": socket.gethostname(),
-            "row_fields": list(ROW_FIELDS),
-            "state_fields": list(STATE_FIELDS),
-            "decision_fields": list(DECISION_FIELDS),
+            "row_fields": list(policy.row_names + ENVELOPE_FIELDS),
+            "state_fields": list(state_keys(policy)),
+            "decision_fields": list(decision_keys(policy)),
         }
         # The constant start and end of every pass line.
         self._head = f'{{"kind":"{KIND_PASS}","rank":{rank:d},"pass":'
@@ -262,8 +311,7 @@ class DecisionLog:
 
     # ----- the caller's side (the scheduler's thread) -----------------------------------
 
-    def passed(self, number: int, now: float, token_usage: float, mrr: int, flat: Sequence[int], before: State,
-               decision: Decision) -> None:
+    def passed(self, number: int, now: float, readings: tuple, flat: Sequence[int], before: Any, decision: Any) -> None:
         """Queue the line of a successful pass (a few µs; never raises)."""
         if not self.active:
             return
@@ -271,30 +319,27 @@ class DecisionLog:
             cache = self._state_cache
             b = cache.get(before)
             if b is None:
-                b = state_text(before)
-                if before[2] is None:
+                b = self._state_text(before)
+                if len(cache) < _STATE_CACHE:
                     cache[before] = b
             after = decision[0]
             a = cache.get(after)
             if a is None:
-                a = state_text(after)
-                if after[2] is None:
+                a = self._state_text(after)
+                if len(cache) < _STATE_CACHE:
                     cache[after] = a
             rows = str(flat) if set(map(type, flat)) == _INTS else json.dumps(list(flat), default=int)
             line = (
                 f'{self._head}{number:d},"wall":{_flt(time.time())},"now":{_flt(float(now))},'
-                f'"token_usage":{_flt(float(token_usage))},"mrr":{mrr:d},"rows":{rows},"before":{b},'
-                f'"decision":{{"input_estimation":"{decision[1]}","output_allow":{_BOOL[decision[2]]},'
-                f'"output_reason":"{decision[3]}","num_prefillable":{decision[4]:d},'
-                f'"num_token_watermark_force_allow":{decision[5]:d},"wait_forward_passes":{decision[6]:d},'
-                f'"wait_seconds":{_flt(float(decision[7]))}}},"after":{a}{self._tail}'
+                f'{self._readings_text(readings)},"rows":{rows},"before":{b},'
+                f'"decision":{self._decision_text(decision)},"after":{a}{self._tail}'
             )
         except Exception as err:  # noqa: BLE001
             self._fail("encode", err)
             return
         self._queue(line)
 
-    def failed(self, number: int, now: Any, inputs: dict[str, Any], flat: Optional[Sequence[Any]], before: State,
+    def failed(self, number: int, now: Any, inputs: dict[str, Any], flat: Optional[Sequence[Any]], before: Any,
                error: BaseException) -> None:
         """Queue the line of a failed pass (the error, and what the pass had seen)."""
         if not self.active:
@@ -304,7 +349,7 @@ class DecisionLog:
                 "kind": KIND_FAIL, "rank": self.rank, "pass": number, "wall": time.time(), "now": _safe(now),
                 "inputs": {k: _safe(v) for k, v in inputs.items()},
                 "rows": None if flat is None else _safe(list(flat)),
-                "before": json.loads(state_text(before)),
+                "before": json.loads(self._state_text(before)),
                 "error": type(error).__name__, "message": str(error),
                 "profile": self.config.profile, "spec_hash": self._header["spec_hash"],
                 "fingerprint": self._header["fingerprint"],
@@ -314,11 +359,11 @@ class DecisionLog:
             return
         self._queue(line)
 
-    def flag_set(self, after_pass: int, skip_first_armed: bool) -> None:
-        """Queue a ``set`` line: the skip flag was set from outside after pass ``after_pass``."""
+    def flag_set(self, after_pass: int, name: str, value: bool) -> None:
+        """Queue a ``set`` line: state variable ``name`` was set from outside after pass ``after_pass``."""
         if self.active:
             self._queue(json.dumps({"kind": KIND_SET, "rank": self.rank, "after_pass": after_pass, "wall": time.time(),
-                                    "skip_first_armed": bool(skip_first_armed)}) + "\n")
+                                    name: bool(value)}) + "\n")
 
     def _queue(self, line: str) -> None:
         pending = self._pending
@@ -473,6 +518,7 @@ class DecisionLog:
 
 
 _INTS = {int}
+_STATE_CACHE = 4096  # states whose text is kept: the few a run revisits, not one per clock reading
 
 
 def open_decision_log(decision_log: Any, config: Config, gather: Any, registry: Any = None) -> Optional[DecisionLog]:

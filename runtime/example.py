@@ -27,9 +27,12 @@ import warnings
 from datetime import timedelta
 from typing import Optional
 
-from ..spec.profiles import PROFILES
+from ..spec.registry import all_profiles, policy_of
 from .delayer import PrefillDelayer, PrefillDelayerSinglePassExecutor
 from .server_args import ServerArgs
+
+# The profiles SGLang's delayer call sites (this example's) can drive.
+PROFILES = tuple(p for p in all_profiles() if policy_of(p).host is not None)
 
 
 def workload(rank: int, world: int, k: int) -> tuple[bool, float, int, int, int, int]:

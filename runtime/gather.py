@@ -1,7 +1,7 @@
 """The default all-gather: one ``torch.distributed`` collective per pass, into preallocated buffers.
 
 A gather is any callable ``gather(row) -> rows`` that takes this rank's row (a
-sequence of ints, ``spec.view.ROW_FIELDS``) and returns every rank's row in the
+sequence of ints: the policy's row, then ``runtime.envelope``) and returns every rank's row in the
 group's rank order (DP-major: each DP group's attn_cp_size x attn_tp_size ranks
 together, its first rank first). ``TorchGather`` is the production one; ``runtime.inprocess`` has a thread-backed one. A gather
 may also offer ``gather_flat(row) -> ints`` (the rows concatenated), which the

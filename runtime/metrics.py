@@ -130,33 +130,26 @@ class PrometheusPrefillDelayerMetrics:
 
 
 def record_single_pass_result(
-    actual_execution: bool, output: Any, metrics_collector: Optional[Any], *, debug_log_enabled: Optional[bool] = None
+    actual_execution: bool, output: Any, metrics_collector: Optional[Any], host: Any, *, debug_log_enabled: Optional[bool] = None
 ) -> None:
     """The seed's ``_record_single_pass_result``: optional debug log, then the metrics hook.
 
-    ``debug_log_enabled`` is the releases' per-delayer switch (0.5.18 on: on attn-TP rank 0 only),
-    already combined with ``SGLANG_PREFILL_DELAYER_DEBUG_LOG``; ``None`` reads the variable alone, as the seed does.
+    ``host`` is the policy's SGLang binding: its debug line and what SGLang's
+    metrics read of a decision (the wait it ends, the gathered status).
+    ``debug_log_enabled`` is the releases' per-delayer switch (0.5.18 on: on
+    attn-TP rank 0 only), already combined with ``SGLANG_PREFILL_DELAYER_DEBUG_LOG``;
+    ``None`` reads the variable alone, as the seed does.
     """
     if _DEBUG_LOG if debug_log_enabled is None else debug_log_enabled:
-        if output.output_allow and output.output_reason == "wait_timeout":
-            logger.info(
-                f"PrefillDelayer timeout thus not forbid prefill "
-                f"(num_prefillable={output.num_prefillable}, actual_execution={actual_execution})"
-            )
-        elif output.output_allow and output.output_reason == "token_watermark":
-            logger.info(
-                f"PrefillDelayer force allow prefill due to low watermark. "
-                f"(num_prefillable={output.num_prefillable}, "
-                f"num_token_watermark_force_allow={output.num_token_watermark_force_allow}, "
-                f"actual_execution={actual_execution})"
-            )
-        elif output.output_reason not in ("", "wait_success", "no_wait", "delay"):
-            raise AssertionError(f"unexpected output_reason {output.output_reason!r}")
+        line = host.debug_line(output, actual_execution)
+        if line is not None:
+            logger.info(line)
     if metrics_collector is not None:
+        forward_passes, wait_seconds, input_estimation = host.metrics(output)
         metrics_collector.observe_prefill_delayer_outcome(
-            forward_passes=output.wait_forward_passes,
-            wait_seconds=output.wait_seconds,
-            input_estimation=output.input_estimation,
+            forward_passes=forward_passes,
+            wait_seconds=wait_seconds,
+            input_estimation=input_estimation,
             output_allow=output.output_allow,
             output_reason=output.output_reason,
             actual_execution=actual_execution,

@@ -6,9 +6,9 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
-from ..spec.config import PARAMETER_BY_NAME
+from ..spec.registry import param_named
 from ..spec.errors import ConfigError
-from ..spec.profiles import known_profile, resolve_profile
+from ..spec.registry import known_profile, resolve_profile
 from .cost import SGLANG_35241, CostModel
 from .errors import SimInputError
 from .trackers import TRACKERS, tracker_for
@@ -91,7 +91,7 @@ class SimConfig:
             ("max_delay_ms", "max_delay_ms"),
             ("prefill_max_requests", "prefill_max_requests"),
         ):
-            spec = PARAMETER_BY_NAME[param]
+            spec = param_named(param)
             if not spec.check(getattr(self, name)):
                 raise SimInputError(f"invalid {name}={getattr(self, name)!r}: expected {spec.valid}")
 

@@ -10,7 +10,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..spec.profiles import PROFILES
+from ..spec.registry import all_profiles, policy_of
+
+# The profiles whose policy the simulated scheduler consults where SGLang consults its delayer.
+SIMULATED = tuple(p for p in all_profiles() if policy_of(p).sim is not None and policy_of(p).sim.call_site == "admission")
 
 WORKLOADS = ("poisson", "bursty", "long-prompt", "trace")
 PROGRESS_AUTO = "auto"
@@ -32,7 +35,7 @@ BASE: dict[str, Any] = {
     "queue_min_ratio": None,
     "max_delay_ms": None,
     "prefill_max_requests": None,
-    "profile": list(PROFILES),
+    "profile": list(SIMULATED),
     "tracker": None,
     "workload": None,
     "rate": None,
@@ -100,7 +103,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``simulate`` options (every default is "not given": see the module docstring)."""
     S = argparse.SUPPRESS
     p.add_argument("--scenario", choices=sorted(SCENARIOS), default=S, help="start from a calibration scenario's settings (SGLang #32880 or #35241); options given override them")
-    p.add_argument("--profile", action="append", metavar="NAME", default=S, help=f"policy to simulate (repeatable): {', '.join(PROFILES)}, sglang-X for a release X, or off (no delayer); default: every profile, or the scenario's")
+    p.add_argument("--profile", action="append", metavar="NAME", default=S, help=f"policy to simulate (repeatable): {', '.join(SIMULATED)}, sglang-X for a release X, or off (no delayer); default: every profile, or the scenario's")
     p.add_argument("--tracker", choices=("lifetime", "decay", "window"), default=S, help="max_prefill_bs tracker for every profile; default: each release's own (lifetime up to 0.5.16, decay in 0.5.17, window from 0.5.18; window for hardened and off)")
     g = p.add_argument_group("engine (per DP rank)")
     g.add_argument("--dp-size", type=int, metavar="N", default=S, help="DP ranks (default 8)")

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Optional
 
-from ..spec.profiles import RELEASES, SEED_RELEASE
+from ..spec.registry import known_profile, policies, policy_of, resolve_profile
 from .errors import SimInputError
 
 LIFETIME, DECAY, WINDOW = "lifetime", "decay", "window"
@@ -33,20 +33,24 @@ TRACKER_RELEASES = {
     WINDOW: ("0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23"),
 }
 _TRACKER_OF_RELEASE = {r: t for t, rs in TRACKER_RELEASES.items() for r in rs}
-assert set(_TRACKER_OF_RELEASE) == set(RELEASES), "every known release needs a tracker"
+assert {r for pol in policies() for p in pol.profiles for r in p.releases} <= set(_TRACKER_OF_RELEASE), (
+    "every SGLang release a profile is needs a tracker"
+)
 
 
 def tracker_for(name: str) -> str:
-    """The tracker of the release a profile or release name stands for.
+    """The tracker of the SGLang release a profile or release name stands for.
 
-    ``sglang-X`` is release X; ``seed`` is SGLang ``SEED_RELEASE``; any other
-    profile (``hardened``) postdates every release and uses the newest tracker.
+    ``sglang-X`` is release X; a profile is its newest release; a profile of
+    ours (no release) postdates every release and uses the newest tracker.
     """
     if name.startswith("sglang-") and name[len("sglang-"):] in _TRACKER_OF_RELEASE:
         return _TRACKER_OF_RELEASE[name[len("sglang-"):]]
-    if name == "seed":
-        return _TRACKER_OF_RELEASE[SEED_RELEASE]
-    return WINDOW
+    if not known_profile(name):  # "off": no delayer, today's scheduler
+        return WINDOW
+    profile = resolve_profile(name)
+    releases = policy_of(profile).profile(profile).releases
+    return _TRACKER_OF_RELEASE[releases[-1]] if releases else WINDOW
 
 
 class MaxPrefillBsTracker:

@@ -1,15 +1,20 @@
-"""The single source of truth: configuration, gathered view, guards, table, invariants."""
+"""The single source of truth: every policy as data and small pure functions over one operator layer.
 
-from .config import PARAMETERS, PROFILES, Config
+``spec.policy`` is the interface a policy declares; ``spec.policies`` holds the
+policies; ``spec.registry`` picks one by profile name. The rest is what all
+policies share: configurations (``spec.config``), value kinds and input checks
+(``spec.fields``, ``spec.inputs``), transition tables (``spec.table``), the
+monitors run invariants are written as (``spec.monitors``) and the operator
+layer (``spec.ops``).
+"""
+
+from .config import Config
 from .errors import ConfigError, PassInputError, PrefillDelayerError
-from .inputs import PassInput, validate_pass_input
-from .invariants import CATALOGUE
-from .ops import PY, PyOps
-from .table import EVENTS, STATES, Transition, build_table
-from .view import ROW_FIELDS, Local, View, gathered_view, local_row
+from .ops import PY, Ops, PyOps
+from .policy import Policy
+from .registry import all_profiles, known_profile, policies, policy_of, resolve_profile
 
 __all__ = [
-    "CATALOGUE", "Config", "ConfigError", "EVENTS", "Local", "PARAMETERS", "PROFILES", "PY",
-    "PassInput", "PassInputError", "PrefillDelayerError", "PyOps", "ROW_FIELDS", "STATES",
-    "Transition", "View", "build_table", "gathered_view", "local_row", "validate_pass_input",
+    "Config", "ConfigError", "Ops", "PY", "PassInputError", "Policy", "PrefillDelayerError", "PyOps", "all_profiles",
+    "known_profile", "policies", "policy_of", "resolve_profile",
 ]

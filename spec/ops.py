@@ -4,13 +4,77 @@ Guards use Python's comparison and arithmetic operators (which work on ints,
 floats and Z3 terms alike) plus the few operations below, which Python cannot
 overload (``and``/``or``/``not``/``if``) or whose meaning must be pinned exactly
 (ceil-division, ``int(x * ratio)`` in IEEE doubles, max/sum over ranks).
-``PyOps`` evaluates them on Python values; ``prefill_delayer.proofs.z3ops``
-implements the same interface on Z3 terms, so a guard is written once.
+``PyOps`` evaluates them on Python values; ``proofs.z3ops.Z3Ops`` builds Z3
+terms, ``fsm.compiled.SrcOps`` Python source and ``docgen.textops.TextOps``
+readable formulas, each implementing ``Ops``, so a guard is written once.
+``SymbolicOps`` adds the variables the proofs' stand-ins are made of.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from dataclasses import dataclass
+from typing import Any, Iterable, Protocol
+
+
+class Ops(Protocol):
+    """The operator layer every guard, row, fold, effect and monitor is written over."""
+
+    FALSE: Any
+
+    def And(self, *xs: Any) -> Any: ...
+
+    def Or(self, *xs: Any) -> Any: ...
+
+    def Not(self, x: Any) -> Any: ...
+
+    def If(self, c: Any, a: Any, b: Any) -> Any: ...
+
+    def Min(self, a: Any, b: Any) -> Any: ...
+
+    def MaxOf(self, xs: Iterable[Any]) -> Any: ...
+
+    def SumOf(self, xs: Iterable[Any]) -> Any: ...
+
+    def b2i(self, b: Any) -> Any: ...
+
+    def ceil_div(self, a: Any, b: Any) -> Any: ...
+
+    def floor_mul(self, a: Any, ratio: Any) -> Any: ...
+
+    def num(self, x: Any) -> Any: ...
+
+
+class SymbolicOps(Ops, Protocol):
+    """``Ops`` plus symbolic variables and constants: what the proofs' stand-ins are built from."""
+
+    def Int(self, name: str) -> Any: ...
+
+    def Real(self, name: str) -> Any: ...
+
+    def Bool(self, name: str) -> Any: ...
+
+    def IntVal(self, x: int) -> Any: ...
+
+    def RealVal(self, x: Any) -> Any: ...
+
+    def BoolVal(self, x: bool) -> Any: ...
+
+    def ToReal(self, x: Any) -> Any: ...
+
+
+@dataclass(frozen=True)
+class AnyValue:
+    """Stands for every value of a parameter in (0, high] at once: a proof over it holds for all of them.
+
+    ``floor_mul`` reads it as "int(a * r) for some r in the range", a sound
+    over-approximation the solver can decide.
+    """
+
+    what: str
+    high: float
+
+    def __repr__(self) -> str:
+        return f"{self.what} in (0, {int(self.high)}]"
 
 
 class PyOps:
@@ -67,3 +131,11 @@ class PyOps:
 
 
 PY = PyOps()
+
+
+def _conforms(o: Ops) -> Ops:
+    """mypy checks every implementation against ``Ops`` where it is passed here."""
+    return o
+
+
+_conforms(PY)

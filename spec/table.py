@@ -1,48 +1,25 @@
-"""The transition table of every profile, as data.
+"""Transition tables as data, for any policy.
 
-A row names its guards (functions of ``guards``, each possibly negated); the
-row fires when all hold. For every source state the rows of ``negotiate`` are
-proved to partition the input space (``guards-partition``), so their order in
-the table does not matter. Effects are written here once and read by the FSM,
-the proofs and the docs.
+A row names its guards (functions of the policy's guards module, each possibly
+negated); the row fires when all hold. For every source state the rows of
+``negotiate`` are proved to partition the input space (``guards-partition``), so
+their order in the table does not matter. What a fired row does (its effects on
+the variables, its decision) is the policy's ``decide``; the row only names its
+effects, so the docs can say them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping, Optional
 
-from . import guards
 from .ops import PY
-from .profiles import ALL_BRANCH_CAP, features_of, resolve_profile
 
-IDLE, DELAYING, RELEASED = "idle", "delaying", "released"
-STATES = (IDLE, DELAYING, RELEASED)
 NEGOTIATE, FINALIZE = "negotiate", "finalize"
 EVENTS = (NEGOTIATE, FINALIZE)
-# Reasons, in the seed's spelling.
-REASONS = ("", "token_watermark", "delay", "wait_timeout", "no_wait", "wait_success")
-
-STATE_DOC = {
-    IDLE: "no wait in progress (delayed_count = 0)",
-    DELAYING: "a prefill is being held back (delayed_count >= 1, wait_start set)",
-    RELEASED: "this pass allowed prefill; finalize returns to idle",
-}
 EVENT_DOC = {
     NEGOTIATE: "one per pass, after the all-gather; reads the gathered view",
     FINALIZE: "end of the pass",
-}
-
-# Effect on delayed_count / wait_start.
-BUMP, CLEAR, KEEP = "bump", "clear", "keep"
-# Effect on skip_first_armed.
-CONSUME_SKIP = "consume_skip"
-
-EFFECT_DOC = {
-    BUMP: "delayed_count += 1; wait_start = wait_start if waiting else now",
-    CLEAR: "delayed_count = 0; wait_start = none",
-    KEEP: "unchanged",
-    CONSUME_SKIP: "skip_first_armed = skip_first_armed and not skip_consumed",
 }
 
 
@@ -57,6 +34,11 @@ class Lit:
         return self.guard if self.positive else f"not {self.guard}"
 
 
+def lits(*names: str) -> tuple[Lit, ...]:
+    """``lits("status_mixed", "!exists_force")``: a leading ``!`` negates."""
+    return tuple(Lit(n[1:], False) if n.startswith("!") else Lit(n) for n in names)
+
+
 @dataclass(frozen=True)
 class Transition:
     name: str
@@ -65,70 +47,45 @@ class Transition:
     dest: str
     lits: tuple[Lit, ...]
     reason: Optional[str]  # None: the event emits no decision
-    count_effect: str = KEEP
-    skip_effect: str = KEEP
-    # The guard functions, resolved from ``guards`` when the table is built.
+    effects: tuple[str, ...] = ()  # the policy's effect names, in the order the docs show them
+    allows: bool = False  # the decision lets this pass prefill
+    # The guard functions, resolved from the policy's guards when the table is built.
     fns: tuple[Callable[..., Any], ...] = field(default=(), compare=False, repr=False)
-
-    @property
-    def allows(self) -> bool:
-        return self.dest == RELEASED
 
     def guard_text(self) -> str:
         return " and ".join(lit.text() for lit in self.lits) or "always"
-
-
-def _lits(*names: str) -> tuple[Lit, ...]:
-    return tuple(Lit(n[1:], False) if n.startswith("!") else Lit(n) for n in names)
 
 
 class Table(tuple):
     """The rows of one profile, with the ``negotiate`` rows indexed by source state."""
 
     profile: str
+    states: tuple[str, ...]
     by_source: dict[str, tuple[Transition, ...]]
 
-    def __new__(cls, profile: str, rows: tuple[Transition, ...]) -> "Table":
+    def __new__(cls, profile: str, states: tuple[str, ...], rows: tuple[Transition, ...]) -> "Table":
         table = super().__new__(cls, rows)
         table.profile = profile
-        table.by_source = {
-            src: tuple(t for t in rows if t.event == NEGOTIATE and t.source == src) for src in STATES
-        }
+        table.states = states
+        table.by_source = {src: tuple(t for t in rows if t.event == NEGOTIATE and t.source == src) for src in states}
         return table
 
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """The states ``negotiate`` leaves from, in state order."""
+        return tuple(s for s in self.states if self.by_source[s])
 
-def build_table(profile: str) -> Table:
-    """All transitions of ``profile`` (any name ``spec.profiles.resolve_profile`` takes), guards resolved now."""
-    profile = resolve_profile(profile)
-    capped = ALL_BRANCH_CAP in features_of(profile)
-    rows: list[Transition] = []
-    for src in (IDLE, DELAYING):
-        released_reason = "wait_success" if src == DELAYING else "no_wait"
-        rows += [
-            Transition(f"{src}_none", NEGOTIATE, src, RELEASED, _lits("status_none"), "", CLEAR),
-            Transition(f"{src}_force", NEGOTIATE, src, RELEASED, _lits("!status_none", "exists_force"), "token_watermark", CLEAR),
-            Transition(f"{src}_mixed_delay", NEGOTIATE, src, DELAYING, _lits("status_mixed", "!exists_force", "below_cap"), "delay", BUMP),
-            Transition(f"{src}_mixed_timeout", NEGOTIATE, src, RELEASED, _lits("status_mixed", "!exists_force", "!below_cap"), "wait_timeout", CLEAR),
-        ]
-        all_delay = ("status_all", "!exists_force", "delay_wanted")
-        if capped:
-            rows += [
-                Transition(f"{src}_all_delay", NEGOTIATE, src, DELAYING, _lits(*all_delay, "below_cap"), "delay", BUMP, CONSUME_SKIP),
-                Transition(f"{src}_all_timeout", NEGOTIATE, src, RELEASED, _lits(*all_delay, "!below_cap"), "wait_timeout", CLEAR, CONSUME_SKIP),
-            ]
-        else:
-            rows.append(Transition(f"{src}_all_delay", NEGOTIATE, src, DELAYING, _lits(*all_delay), "delay", BUMP, CONSUME_SKIP))
-        rows.append(
-            Transition(f"{src}_all_allow", NEGOTIATE, src, RELEASED, _lits("status_all", "!exists_force", "!delay_wanted"), released_reason, CLEAR, CONSUME_SKIP)
-        )
-    rows += [
-        Transition("released_finalize", FINALIZE, RELEASED, IDLE, (), None),
-        Transition("delaying_finalize", FINALIZE, DELAYING, DELAYING, (), None),
-    ]
-    return Table(
-        profile,
-        tuple(Transition(**{**t.__dict__, "fns": tuple(getattr(guards, lit.guard) for lit in t.lits)}) for t in rows),
-    )
+    def finalized(self, control: str) -> str:
+        """The control state ``finalize`` leads to from ``control`` (itself when no row leaves it)."""
+        for t in self:
+            if t.event == FINALIZE and t.source == control:
+                return t.dest
+        return control
+
+
+def resolve(profile: str, states: tuple[str, ...], rows: list[Transition], guards: Mapping[str, Callable[..., Any]]) -> Table:
+    """The table of ``profile`` with each row's guard functions looked up in ``guards``."""
+    return Table(profile, states, tuple(replace(t, fns=tuple(guards[lit.guard] for lit in t.lits)) for t in rows))
 
 
 def holds(t: Transition, o: Any, c: Any, v: Any, s: Any, memo: Optional[dict] = None) -> Any:
@@ -154,24 +111,3 @@ def holds(t: Transition, o: Any, c: Any, v: Any, s: Any, memo: Optional[dict] = 
         value = fn(o, c, v, s)
         values.append(value if lit.positive else o.Not(value))
     return o.And(*values)
-
-
-class Effect:
-    """What a fired ``negotiate`` transition emits and leaves behind."""
-
-    __slots__ = ("allow", "reason", "wait_forward_passes", "wait_seconds", "delayed_count", "wait_start", "skip_first_armed")
-
-    def __init__(self, t: Transition, o: Any, c: Any, v: Any, s: Any) -> None:
-        self.allow = t.allows
-        self.reason = t.reason
-        # A release reports the wait it ends; Local makes both 0 when there was none.
-        self.wait_forward_passes = s.delayed_count if t.allows else 0
-        self.wait_seconds = s.now - s.wait_start if t.allows else 0.0
-        if t.count_effect == BUMP:
-            self.delayed_count, self.wait_start = s.delayed_count + 1, s.wait_start
-        else:
-            self.delayed_count, self.wait_start = 0, None
-        if t.skip_effect == CONSUME_SKIP:
-            self.skip_first_armed = o.And(s.skip_first_armed, o.Not(guards.skip_consumed(o, c, v, s)))
-        else:
-            self.skip_first_armed = s.skip_first_armed

@@ -11,14 +11,16 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Sequence
 
-from prefill_delayer.fsm import DelayerMachine, Decision, State, finalize, local_for, step
+from prefill_delayer.fsm import DelayerMachine
+from delayer_spec import Decision, State, finalize, local_for, step
 from prefill_delayer.fsm.compiled import CompiledStep
-from prefill_delayer.spec import ROW_FIELDS, PassInput, View, gathered_view, local_row
+from delayer_spec import ROW_FIELDS, PassInput, View, gathered_view, local_row
 from prefill_delayer.spec.config import Config
-from prefill_delayer.spec.inputs import validate_pass_input
+from delayer_spec import validate_pass_input
 from prefill_delayer.spec.ops import PY
-from prefill_delayer.spec.table import Table, build_table
-from prefill_delayer.spec.view import Local
+from delayer_spec import build_table
+from prefill_delayer.spec.table import Table
+from delayer_spec import Local
 
 from reference import RankInput, RefState, reference_pass
 

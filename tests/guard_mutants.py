@@ -11,7 +11,7 @@ import inspect
 import textwrap
 from typing import Any
 
-from prefill_delayer.spec import guards
+from delayer_spec import guards
 
 _FLIP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq}
 _CONNECTIVE = {"And": "Or", "Or": "And"}

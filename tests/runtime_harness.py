@@ -162,7 +162,7 @@ def seed_delayer(dp_size: int, attn_tp_size: int, server_args: Any, max_delay_pa
                  gather: Callable[[list[int]], list[list[int]]], metrics: Any = None,
                  clock: Optional[Callable[[], float]] = None) -> Any:
     """SGLang's seed release's own ``PrefillDelayer``, its collective replaced by ``gather`` (call ``require_release`` first)."""
-    from prefill_delayer.runtime._upstream import SEED_RELEASE, release_delayer
+    from prefill_delayer.integrations.sglang.upstream import SEED_RELEASE, release_delayer
 
     return release_delayer(
         SEED_RELEASE, group=gather, server_args=server_args, dp_size=dp_size, attn_tp_size=attn_tp_size,
@@ -177,7 +177,7 @@ def require_release(version: str) -> Path:
     """SGLang ``version``'s ``prefill_delayer.py`` from the cache or the package registry, else skip the test."""
     import pytest
 
-    from prefill_delayer.runtime._upstream import ReleaseUnavailable, cache_dir, release_source
+    from prefill_delayer.integrations.sglang.upstream import ReleaseUnavailable, cache_dir, release_source
 
     target = cache_dir() / f"sglang-{version}" / "prefill_delayer.py"
     if _registry_failure and not target.is_file():

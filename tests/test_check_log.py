@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from prefill_delayer.spec.profiles import PROFILES
+from delayer_spec import PROFILES
 
 from decision_log_harness import check_log, edit_line, read_lines, write_inprocess_logs
 

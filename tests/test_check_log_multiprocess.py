@@ -12,7 +12,7 @@ import pytest
 
 from prefill_delayer.runtime import PrefillDelayer, ServerArgs
 from prefill_delayer.runtime.decision_log import DECISION_LOG_ENV
-from prefill_delayer.spec.profiles import PROFILES
+from delayer_spec import PROFILES
 
 from decision_log_harness import MAX_DELAY_PASSES, SERVER_ARGS, WATERMARK, check_log, drive, read_lines
 from runtime_harness import Clock, results, spawn_gloo

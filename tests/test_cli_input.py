@@ -21,9 +21,13 @@ from prefill_delayer.cli import main as cli
 from prefill_delayer.cli.checks import prove_problem
 from prefill_delayer.traces.replay import run_trace
 from prefill_delayer.traces.format import TraceError, validate_trace, write_trace
-from prefill_delayer.traces.violations import CHECKS
-from prefill_delayer.spec.inputs import MAX_COUNT
-from prefill_delayer.spec.profiles import PROFILES
+from prefill_delayer.spec.registry import all_profiles
+from prefill_delayer.traces.violations import replayable
+from delayer_spec import POLICY
+from delayer_spec import MAX_COUNT
+from delayer_spec import PROFILES
+
+CHECKS = replayable(POLICY)
 
 DELETE = object()  # a mutation that removes the key
 INT64_MAX = 2**63 - 1
@@ -165,7 +169,7 @@ def test_replay_of_a_malformed_trace_says_where(tmp_path: Path, capsys: pytest.C
 
 
 def test_unknown_property_lists_every_replayable_one(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    """The names come from ``violations.CHECKS`` as it is, so new properties show up by themselves."""
+    """The names come from the policy's replayable properties as they are, so new ones show up by themselves."""
     trace_file = tmp_path / "bad.json"
     trace_file.write_text(json.dumps(mutated((), None, property="liveness")))
     _, _, err = _replay(capsys, trace_file)
@@ -244,12 +248,12 @@ def test_run_trace_gives_the_runtime_prefill_max_requests_and_attn_cp_size(monke
 
     seen: list[Any] = []
 
-    class Recording(runtime.PrefillDelayer):
+    class Recording(runtime.PolicyCore):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             seen.append(self.config)
 
-    monkeypatch.setattr(runtime, "PrefillDelayer", Recording)
+    monkeypatch.setattr(runtime, "PolicyCore", Recording)
     trace = good_trace("sglang-0.5.22")
     trace["config"].update(attn_cp_size=2, prefill_max_requests=3)
     for p in trace["passes"]:
@@ -370,7 +374,7 @@ def test_non_numeric_values_are_usage_errors(no_proofs: None, capsys: pytest.Cap
 @pytest.mark.parametrize(
     ("given", "resolved"),
     [
-        (None, list(PROFILES)),
+        (None, list(all_profiles())),  # every policy's
         (["sglang-0.5.20"], ["sglang-0.5.19"]),
         (["hardened", "seed", "hardened", "sglang-0.5.16"], ["hardened", "seed"]),
     ],

@@ -16,13 +16,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prefill_delayer.spec.profiles import PROFILES
-from prefill_delayer.fsm import INITIAL_STATE, Decision, State, local_for, step
+from delayer_spec import STATES, PROFILES
+from delayer_spec import INITIAL_STATE, Decision, State, local_for, step
 from prefill_delayer.fsm.compiled import CompiledStep, NoTransition
 from prefill_delayer.runtime import PrefillDelayer, ServerArgs
-from prefill_delayer.spec import PY, Config, PassInput, gathered_view, guards, local_row
-from prefill_delayer.spec.inputs import MAX_COUNT, args_problems, input_problems
-from prefill_delayer.spec.table import Table, build_table
+from prefill_delayer.spec import PY, Config
+from delayer_spec import PassInput, gathered_view, guards, local_row
+from delayer_spec import MAX_COUNT, args_problems, input_problems
+from delayer_spec import build_table
+from prefill_delayer.spec.table import Table
 
 from fsm_sim import assert_same_decisions
 from guard_mutants import EQUIVALENT, mutants, patched
@@ -55,7 +57,7 @@ def test_a_changed_table_guard_changes_the_compiled_decision(monkeypatch: pytest
     assert _decide(before, at_cap, 0.001, mixed).output_reason == "wait_timeout"
     monkeypatch.setattr(guards, "below_cap", lambda o, c, v, s: s.delayed_count <= c.max_delay_passes - 1)
     after = _compile(c)
-    assert after.source != before.source and "(dc <= 2)" in after.source
+    assert after.source != before.source and "(count <= 2)" in after.source
     assert _decide(after, at_cap, 0.001, mixed).output_reason == "delay"
     assert_same_decisions([_decide(after, at_cap, 0.001, mixed)], [_reference(c, at_cap, 0.001, mixed)])
 
@@ -86,7 +88,7 @@ def test_a_guard_that_branches_on_pass_data_cannot_be_compiled(monkeypatch: pyte
 
 def test_a_hole_in_the_table_raises_no_transition() -> None:
     full = build_table("seed")
-    holed = Table("seed", tuple(t for t in full if t.name != "idle_none"))
+    holed = Table("seed", STATES, tuple(t for t in full if t.name != "idle_none"))
     compiled = _compile(QUEUE, holed)
     with pytest.raises(NoTransition):
         _decide(compiled, INITIAL_STATE, 0.0, [PassInput(False, 0.9)] * 2)
@@ -125,8 +127,8 @@ def test_the_runtime_cross_check_catches_a_divergent_step(monkeypatch: pytest.Mo
     d.finalize()
     # Swap in a step compiled from a table whose "none" rows release with another reason.
     table = build_table("seed")
-    wrong = Table("seed", tuple(t if not t.name.endswith("_none") else t.__class__(**{**t.__dict__, "reason": "no_wait"}) for t in table))
-    d._step = CompiledStep(d.config, wrong, row_tail=d._step.row_tail)
+    wrong = Table("seed", STATES, tuple(t if not t.name.endswith("_none") else t.__class__(**{**t.__dict__, "reason": "no_wait"}) for t in table))
+    d.core._step = CompiledStep(d.config, wrong, row_tail=d.core._step.row_tail, row_len=d.core._step.row_len)
     before = d.state
     with pytest.raises(AssertionError, match="transitions machine"):
         d.negotiate(False, 0.9)

@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from prefill_delayer.fsm import DelayerMachine, State, finalize
-from prefill_delayer.fsm.step import local_for, step
-from prefill_delayer.spec import PassInput, gathered_view
+from prefill_delayer.fsm import DelayerMachine
+from delayer_spec import State, finalize
+from delayer_spec import local_for, step
+from delayer_spec import PassInput, gathered_view
 from prefill_delayer.spec.config import Config
 from prefill_delayer.spec.ops import PY
-from prefill_delayer.spec.table import DELAYING, IDLE, build_table
-from prefill_delayer.spec.view import ROW_FIELDS
+from delayer_spec import DELAYING, IDLE, build_table
+from delayer_spec import ROW_FIELDS
 
 from fsm_sim import machines_pass, states_pass
 from reference import RankInput, RefState, reference_pass

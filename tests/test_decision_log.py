@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from prefill_delayer.fsm import INITIAL_STATE
+from delayer_spec import INITIAL_STATE
 from prefill_delayer.runtime import (
     CollectiveError,
     ConfigMismatchError,
@@ -24,7 +24,8 @@ from prefill_delayer.runtime import (
     run_ranks,
 )
 from prefill_delayer.runtime.decision_log import DECISION_LOG_ENV, DecisionLogOptions, open_decision_log
-from prefill_delayer.spec import Config, ConfigError, ROW_FIELDS
+from prefill_delayer.spec import Config, ConfigError
+from delayer_spec import ROW_FIELDS
 from prefill_delayer.spec.hashing import spec_hash
 
 from decision_log_harness import check_log, read_lines, write_inprocess_logs

@@ -19,13 +19,16 @@ from hypothesis import strategies as st
 from prefill_delayer import docgen as docs
 from prefill_delayer.docgen.textops import UNDOCUMENTED, Case, Leaf, Renderer, TextOps, guard_functions
 from prefill_delayer.cli import main as cli_main
-from prefill_delayer.spec import config as config_module
-from prefill_delayer.spec import guards, invariants, profiles, table
+from delayer_spec import config_module
+from delayer_spec import POLICY, guards, invariants, profiles, table
+from prefill_delayer.spec import hashing
+from prefill_delayer.spec.registry import all_profiles, policy_of
 from prefill_delayer.spec.hashing import spec_hash
 from prefill_delayer.spec.config import Config
-from prefill_delayer.spec.glossary import ARG, CONFIG, LOCAL, SYMBOLS, VIEW
+from prefill_delayer.spec.glossary import ARG, CONFIG, LOCAL, VIEW
+from delayer_spec import SYMBOLS
 from prefill_delayer.spec.ops import PY
-from prefill_delayer.spec.view import Local, View
+from delayer_spec import Local, View
 
 REPO = Path(__file__).resolve().parent.parent
 HAVE_PYGRAPHVIZ = importlib.util.find_spec("pygraphviz") is not None
@@ -61,7 +64,7 @@ def test_repo_docs_dir_is_the_checkout() -> None:
 
 
 def test_outside_a_checkout_out_is_required(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    monkeypatch.setattr(table, "__file__", str(tmp_path / "site-packages" / "prefill_delayer" / "spec" / "table.py"))
+    monkeypatch.setattr(hashing, "__file__", str(tmp_path / "site-packages" / "prefill_delayer" / "spec" / "hashing.py"))
     with pytest.raises(docs.DocsError, match="--out"):
         docs.repo_docs_dir()
     from prefill_delayer.cli import docs as docs_cli
@@ -101,16 +104,17 @@ def test_changing_a_guard_docstring_changes_the_doc(monkeypatch: pytest.MonkeyPa
 
 def test_changing_a_reason_changes_the_doc(monkeypatch: pytest.MonkeyPatch, generated: str) -> None:
     digest = docs.diagram_digest()
-    original = table.build_table
+    original = POLICY.build_table
 
     def build_table(profile: str) -> table.Table:
         rows = original(profile)
         return table.Table(
             profile,
+            table.STATES,
             tuple(dataclasses.replace(t, reason="slot_timeout") if t.name.endswith("mixed_timeout") else t for t in rows),
         )
 
-    monkeypatch.setattr(table, "build_table", build_table)
+    monkeypatch.setattr(POLICY, "build_table", build_table)
     changed = docs.generate()
     assert changed != generated
     assert '`"slot_timeout"`' in changed
@@ -119,8 +123,8 @@ def test_changing_a_reason_changes_the_doc(monkeypatch: pytest.MonkeyPatch, gene
 
 
 def test_changing_profile_data_changes_the_doc(monkeypatch: pytest.MonkeyPatch, generated: str) -> None:
-    first = profiles.FEATURES[0]
-    monkeypatch.setattr(profiles, "FEATURES", (dataclasses.replace(first, why="because."),) + profiles.FEATURES[1:])
+    first = POLICY.features[0]
+    monkeypatch.setattr(POLICY, "features", (dataclasses.replace(first, why="because."),) + POLICY.features[1:])
     changed = docs.generate()
     assert "Why: because." in changed and changed != generated
 
@@ -140,10 +144,10 @@ def _expected_label(t: table.Transition) -> str:
 
 def test_every_profile_has_a_diagram_of_its_own_table() -> None:
     groups = docs.diagram_groups()
-    assert sorted(p for g in groups for p in g) == sorted(config_module.PROFILES)
+    assert sorted(p for g in groups for p in g) == sorted(all_profiles())
     for g in groups:
-        assert all(tuple(table.build_table(p)) == tuple(table.build_table(g[0])) for p in g)
-    assert len({tuple(table.build_table(g[0])) for g in groups}) == len(groups)
+        assert all(tuple(policy_of(p).build_table(p)) == tuple(policy_of(g[0]).build_table(g[0])) for p in g)
+    assert len({tuple(policy_of(g[0]).build_table(g[0])) for g in groups}) == len(groups)
 
 
 @pytest.mark.parametrize("profile", config_module.PROFILES)
@@ -273,7 +277,7 @@ def test_rendered_formulas_evaluate_like_the_guards(case) -> None:  # noqa: ANN0
     objects = {CONFIG: c, VIEW: v, LOCAL: s}
     for sym in SYMBOLS:
         env[sym.shown] = extra[sym.attr] if sym.scope == ARG else getattr(objects[sym.scope], sym.attr)
-    names = list(guard_functions())
+    names = list(guard_functions(POLICY))
     for name in names:
         env[name] = _value_of(name, c, v, s, extra)
     for name in names:
@@ -294,7 +298,7 @@ def test_every_symbol_the_guards_read_is_documented(generated: str) -> None:
         assert (LOCAL, field) in shown, field
     for profile in config_module.PROFILES:
         r = Renderer(profile)
-        for name in guard_functions():
+        for name in guard_functions(POLICY):
             r.tree(name)
         assert not r.missing
 
@@ -312,7 +316,7 @@ def test_every_profile_difference_is_explained() -> None:
     for r in diff_rows:
         assert r.split("_", 1)[1] in named, f"transition {r} differs between profiles: explain it in spec/profiles.py"
     for name in named:
-        assert name in guard_functions() or any(r.split("_", 1)[1] == name for r in rows), name
+        assert name in guard_functions(POLICY) or any(r.split("_", 1)[1] == name for r in rows), name
     for change in profiles.FEATURES:
         assert not change.invariant or change.invariant in invariants.BY_ID
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from prefill_delayer.spec import PassInput
+from delayer_spec import PassInput
 from prefill_delayer.spec.config import Config
 
 from fsm_sim import Cluster

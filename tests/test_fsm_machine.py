@@ -7,14 +7,16 @@ import transitions
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prefill_delayer.fsm import INITIAL_STATE, DelayerMachine, State, finalize, local_for, step
-from prefill_delayer.spec import Config, PassInput
-from prefill_delayer.spec.table import DELAYING, EVENTS, IDLE, RELEASED, STATES, build_table
-from prefill_delayer.spec.view import Local, View
+from prefill_delayer.fsm import DelayerMachine
+from delayer_spec import INITIAL_STATE, State, finalize, local_for, step
+from prefill_delayer.spec import Config
+from delayer_spec import PassInput
+from delayer_spec import DELAYING, EVENTS, IDLE, RELEASED, STATES, build_table
+from delayer_spec import Local, View
 
 from fsm_sim import machines_pass
 
-from prefill_delayer.spec.profiles import PROFILES  # noqa: E402
+from delayer_spec import PROFILES  # noqa: E402
 
 
 def _machines_of(delayer: DelayerMachine) -> list[transitions.Machine]:

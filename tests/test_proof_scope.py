@@ -11,13 +11,15 @@ import pytest
 z3 = pytest.importorskip("z3")
 
 from prefill_delayer.proofs import view_induction  # noqa: E402
-from prefill_delayer.proofs.families import ANY_RATIO, Scope, families, scope_line  # noqa: E402
+from prefill_delayer.proofs import scope as _scope  # noqa: E402
+from prefill_delayer.spec.policies.sglang_delayer.scope import ANY_RATIO, Scope, families  # noqa: E402
+from prefill_delayer.spec.policy import Policy  # noqa: E402
 from prefill_delayer.proofs.prove import check_property, run_catalogue  # noqa: E402
-from prefill_delayer.spec import view  # noqa: E402
-from prefill_delayer.spec.config import MAX_QUEUE_MIN_RATIO  # noqa: E402
-from prefill_delayer.spec.inputs import MAX_COUNT  # noqa: E402
-from prefill_delayer.spec.profiles import PROFILES  # noqa: E402
-from prefill_delayer.spec.table import build_table  # noqa: E402
+from delayer_spec import POLICY, view  # noqa: E402
+from delayer_spec import MAX_QUEUE_MIN_RATIO  # noqa: E402
+from delayer_spec import MAX_COUNT  # noqa: E402
+from delayer_spec import PROFILES  # noqa: E402
+from delayer_spec import build_table  # noqa: E402
 from prefill_delayer.proofs.z3ops import ceil_div_term, floor_mul_term  # noqa: E402
 
 pytestmark = pytest.mark.proofs
@@ -25,13 +27,19 @@ pytestmark = pytest.mark.proofs
 F = view
 
 
+def scope_line(profiles, scope, layouts):
+    """The scope line of ``prove`` for the options a ``Scope`` stands for."""
+    options = {} if scope == Scope() else {"queue_min_ratio": scope.queue_ratio, "dp_size": scope.dp_size}
+    return _scope.scope_line(profiles, options, layouts)
+
+
 def _mutant(field: str, make):
     """gathered_view with one field recomputed by ``make(o, c, rows, counted)``."""
-    original = view.gathered_view
+    original = Policy.gathered_view
 
-    def gathered_view(o, c, rows):
-        v = original(o, c, rows)
-        return v._replace(**{field: make(o, c, rows, view.counted_rows(c, rows))})
+    def gathered_view(self, o, c, rows):
+        v = original(self, o, c, rows)
+        return v._replace(**{field: make(o, c, rows, self.counted_rows(c, rows))})
 
     return gathered_view
 
@@ -53,26 +61,26 @@ MUTANTS = {
 
 @pytest.mark.parametrize("name", list(MUTANTS))
 def test_aggregate_view_fails_on_a_mutated_aggregate(monkeypatch, name):
-    monkeypatch.setattr(view_induction, "gathered_view", MUTANTS[name])
+    monkeypatch.setattr(Policy, "gathered_view", MUTANTS[name])
     fam = families("hardened", Scope())[0]
-    assert view_induction.check_view_induction(fam, 20000).status == "refuted"
+    assert view_induction.check_view_induction(POLICY, fam, 20000).status == "refuted"
 
 
 def test_aggregate_view_proves_the_spec_for_every_layout():
     for fam in families("hardened", Scope()):
-        res = view_induction.check_view_induction(fam, 20000)
+        res = view_induction.check_view_induction(POLICY, fam, 20000)
         assert res.status == "proved", res.note
-    folds = view_induction.view_folds()
+    folds = view_induction.view_folds(POLICY)
     assert {k: (f.kind, f.scope) for k, f in folds.items()}["mrr_max"] == ("max", "all")
 
 
 def test_strict_watermark_is_what_the_view_domain_says(monkeypatch):
     """local_force's strict < is what makes num_force > 0 need W > 0: a <= there breaks the induction."""
-    from prefill_delayer.spec import guards
+    from delayer_spec import guards
 
     monkeypatch.setattr(guards, "local_force", lambda o, c, p, tu: o.And(p, c.watermark_on, tu <= o.num(c.watermark)))
     fam = families("seed", Scope())[0]
-    assert view_induction.check_view_induction(fam, 20000).status == "refuted"
+    assert view_induction.check_view_induction(POLICY, fam, 20000).status == "refuted"
 
 
 def test_any_ratio_is_a_sound_over_approximation():
@@ -104,7 +112,7 @@ def test_any_dp_size_ceil_is_a_sound_over_approximation():
 
 
 def test_every_profile_is_proved_for_every_ratio_and_dp_size():
-    results = run_catalogue(properties=["guards-partition", "bounded-delay", "agreement-equal-args", "refinement"])
+    results = run_catalogue(PROFILES, properties=["guards-partition", "bounded-delay", "agreement-equal-args", "refinement"])
     assert all(r.ok for r in results), [(r.profile, r.property, r.status, r.note) for r in results if not r.ok]
     fams = families("hardened", Scope())
     assert any(f.queue_ratio is ANY_RATIO for f in fams) and all(f.dp_size is None for f in fams)

@@ -10,10 +10,12 @@ pytest.importorskip("z3")
 
 from prefill_delayer.proofs.prove import run_catalogue  # noqa: E402
 from prefill_delayer.traces.format import validate_trace  # noqa: E402
-from prefill_delayer.spec import guards  # noqa: E402
-from prefill_delayer.spec.invariants import CATALOGUE  # noqa: E402
-from prefill_delayer.spec.profiles import PROFILES  # noqa: E402
-from prefill_delayer.spec.table import Lit, Table, build_table  # noqa: E402
+from delayer_spec import guards  # noqa: E402
+from delayer_spec import CATALOGUE  # noqa: E402
+from delayer_spec import PROFILES  # noqa: E402
+from delayer_spec import build_table  # noqa: E402
+from prefill_delayer.spec.table import Lit, Table  # noqa: E402
+from prefill_delayer.spec.registry import policies  # noqa: E402
 
 from guard_mutants import EQUIVALENT, mutants, patched  # noqa: E402
 
@@ -22,7 +24,7 @@ pytestmark = pytest.mark.proofs
 
 @pytest.fixture(scope="module")
 def results():
-    return run_catalogue()
+    return run_catalogue(PROFILES)
 
 
 def test_every_property_has_its_expected_status(results):
@@ -60,7 +62,8 @@ def test_cli_prove_writes_report_and_traces(tmp_path):
     assert len(data["spec_hash"]) == 16
     assert {r["status"] for r in data["results"]} <= {"proved", "refuted"}
     paths = [r["trace"] for r in data["results"] if r["trace"]]
-    assert len(paths) == 12 and all((traces / p.split("/")[-1]).exists() for p in paths)
+    refuted = sum(s == "refuted" for pol in policies() for inv in pol.invariants for s in inv.expected.values())
+    assert len(paths) == refuted == 12 + 3 and all((traces / p.split("/")[-1]).exists() for p in paths)
     assert data["seconds"] > 0
 
 
@@ -99,7 +102,7 @@ def test_prove_fails_without_the_hardened_pass_cap():
                 keep = tuple(i for i, lit in enumerate(t.lits) if lit != Lit("below_cap"))
                 t = type(t)(**{**t.__dict__, "lits": tuple(t.lits[i] for i in keep), "fns": tuple(t.fns[i] for i in keep)})
             rows.append(t)
-        return Table(profile, tuple(rows))
+        return Table(profile, table.states, tuple(rows))
 
     results = run_catalogue(profiles=("hardened",), table_for=uncapped, properties=["bounded-delay"])
     assert results[0].status == "refuted" and results[0].expected == "proved"

@@ -19,8 +19,8 @@ from typing import Any, Callable, Optional
 import pytest
 
 from prefill_delayer.runtime import PrefillDelayer, PrefillDelayerSinglePassExecutor, ServerArgs, run_ranks
-from prefill_delayer.runtime._release_stubs import version_key
-from prefill_delayer.spec.profiles import ATTN_CP_LAYOUT, RELEASES, features_of
+from prefill_delayer.integrations.sglang.release_stubs import version_key
+from delayer_spec import ATTN_CP_LAYOUT, RELEASES, features_of
 
 from runtime_harness import Clock, Recorder, decision_tuple, finalize_release, require_release
 
@@ -201,7 +201,7 @@ def ours_rank(trace: Trace, profile: str, rank: int, *, gather: Any = None, grou
 
 def release_rank(trace: Trace, version: str, rank: int, group: Any) -> tuple[list[tuple], list[dict]]:
     """One rank of the release, gathering over ``group`` (a gather callable or a ``torch.distributed`` group)."""
-    from prefill_delayer.runtime._upstream import release_delayer
+    from prefill_delayer.integrations.sglang.upstream import release_delayer
 
     clock, rec = trace.clock(rank), Recorder()
     module, d = release_delayer(

@@ -13,7 +13,8 @@ from prefill_delayer.cli import main as cli  # noqa: E402
 from prefill_delayer.proofs.prove import run_catalogue  # noqa: E402
 from prefill_delayer.traces.replay import replay, run_trace  # noqa: E402
 from prefill_delayer.traces.violations import find_violation  # noqa: E402
-from prefill_delayer.spec.profiles import RELEASES  # noqa: E402
+from delayer_spec import PROFILES  # noqa: E402
+from delayer_spec import RELEASES  # noqa: E402
 
 pytestmark = pytest.mark.proofs
 
@@ -34,7 +35,7 @@ def test_runtime_reproduces_seed_counterexample(traces, prop):
 @pytest.mark.parametrize("prop", ["bounded-delay", "agreement"])
 def test_hardened_runtime_does_not_violate_on_the_same_inputs(traces, prop):
     decisions = run_trace(traces[prop], profile="hardened")
-    assert find_violation(prop, traces[prop]["config"], decisions) is None
+    assert find_violation(prop, traces[prop], decisions) is None
     # Every hardened rank decided the same at every pass.
     assert all(len({(d["allow"], d["reason"], d["wait_forward_passes"]) for d in per_rank}) == 1 for per_rank in decisions)
 
@@ -59,13 +60,13 @@ def test_cli_replay_exit_codes(tmp_path, traces):
 @pytest.fixture(scope="module")
 def all_traces():
     """The counterexample of every refuted cell of every profile, as ``prove`` writes it."""
-    return {(r.profile, r.property): r.trace for r in run_catalogue() if r.trace is not None}
+    return {(r.profile, r.property): r.trace for r in run_catalogue(PROFILES) if r.trace is not None}
 
 
 def _release_decisions(version, trace):
     """Every rank's decision on every pass of ``trace``, made by SGLang ``version``'s own code."""
     from prefill_delayer.runtime import ServerArgs, run_ranks
-    from prefill_delayer.runtime._upstream import release_delayer
+    from prefill_delayer.integrations.sglang.upstream import release_delayer
 
     cfg, passes = trace["config"], trace["passes"]
     server_args = ServerArgs(
@@ -97,7 +98,7 @@ def _release_decisions(version, trace):
 
 
 def test_every_refuted_cell_has_a_trace(all_traces):
-    from prefill_delayer.spec.invariants import CATALOGUE, REFUTED
+    from delayer_spec import CATALOGUE, REFUTED
 
     assert set(all_traces) == {(p, i.id) for i in CATALOGUE for p, status in i.expected.items() if status == REFUTED}
 
@@ -115,12 +116,12 @@ def test_each_release_reproduces_its_profiles_counterexamples(all_traces, versio
     for prop, trace in cells:
         decisions = _release_decisions(version, trace)
         assert decisions == [p["expect"] for p in trace["passes"]], (version, prop)
-        assert find_violation(prop, trace["config"], decisions) is not None, (version, prop)
+        assert find_violation(prop, trace, decisions) is not None, (version, prop)
 
 
 def test_hardened_shows_none_of_every_refuted_cell(all_traces):
     """The same inputs through hardened: no violation, and every rank decides the same on every pass."""
     for (profile, prop), trace in all_traces.items():
         decisions = run_trace(trace, profile="hardened")
-        assert find_violation(prop, trace["config"], decisions) is None, (profile, prop)
+        assert find_violation(prop, trace, decisions) is None, (profile, prop)
         assert all(len({(d["allow"], d["reason"], d["wait_forward_passes"]) for d in per_rank}) == 1 for per_rank in decisions)

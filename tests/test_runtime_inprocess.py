@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from prefill_delayer.spec.profiles import ATTN_CP_LAYOUT, PROFILES, SEED_RELEASE, features_of
-from prefill_delayer.fsm import INITIAL_STATE, finalize, local_for, step
+from delayer_spec import ATTN_CP_LAYOUT, PROFILES, SEED_RELEASE, features_of
+from delayer_spec import INITIAL_STATE, finalize, local_for, step
 from prefill_delayer.runtime import (
     CollectiveError,
     ConfigMismatchError,
@@ -24,8 +24,9 @@ from prefill_delayer.runtime import (
     ServerArgs,
     run_ranks,
 )
-from prefill_delayer.spec import PY, Config, ConfigError, PassInput, PassInputError, PrefillDelayerError, gathered_view, local_row
-from prefill_delayer.spec.table import build_table
+from prefill_delayer.spec import PY, Config, ConfigError, PassInputError, PrefillDelayerError
+from delayer_spec import PassInput, gathered_view, local_row
+from delayer_spec import build_table
 
 from runtime_harness import Clock, Recorder, cases_path, decision_tuple, require_release, seed_delayer
 

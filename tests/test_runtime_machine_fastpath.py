@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from prefill_delayer.fsm import DelayerMachine, local_for, step
-from prefill_delayer.spec import PY, Config, PassInput, gathered_view, local_row
+from prefill_delayer.fsm import DelayerMachine
+from delayer_spec import local_for, step
+from prefill_delayer.spec import PY, Config
+from delayer_spec import PassInput, gathered_view, local_row
 
 
 def _pass(m: DelayerMachine, prefillable: bool) -> tuple:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from prefill_delayer.fsm import INITIAL_STATE
+from delayer_spec import INITIAL_STATE
 from prefill_delayer.runtime import (
     CollectiveError,
     ConfigMismatchError,

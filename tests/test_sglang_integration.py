@@ -177,12 +177,13 @@ def make_trace(seed: int, world: int, passes: int) -> list[dict[str, Any]]:
 
 
 def _register_variants() -> None:
-    from prefill_delayer.spec import profiles as p
+    from delayer_spec import profiles as p
+    from delayer_spec import register_profile
 
     base = p.PROFILE_BY_NAME["sglang-0.5.22"]
     assert base.features | {p.GATHERED_MRR, p.SKIP_SLOT_ONLY} == p.PROFILE_BY_NAME["hardened"].features
     for feature, name in VARIANTS.items():
-        p.PROFILE_BY_NAME[name] = p.Profile(name, base.features | {feature}, (), f"test: sglang-0.5.22 plus {feature}")
+        register_profile(p.Profile(name, base.features | {feature}, (), f"test: sglang-0.5.22 plus {feature}"))
 
 
 def _one_pass(executor_cls: Any, delayer: Any, rec: Recorder, logs: list[str], r: dict[str, Any]) -> list[Any]:

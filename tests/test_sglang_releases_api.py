@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from prefill_delayer.integrations.sglang.releases import API_OF_RELEASE, classes_for
-from prefill_delayer.runtime._upstream import cache_dir
-from prefill_delayer.spec.profiles import RELEASES
+from prefill_delayer.integrations.sglang.upstream import cache_dir
+from delayer_spec import RELEASES
 
 pytestmark = pytest.mark.registry
 

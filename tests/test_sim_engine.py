@@ -16,7 +16,7 @@ from prefill_delayer.sim.trackers import (
     attempted_prefill_bs,
     tracker_for,
 )
-from prefill_delayer.spec.profiles import PROFILES, RELEASES
+from delayer_spec import PROFILES, RELEASES
 
 POISSON = Poisson(rate=2.0, prompt=Lengths(300, 3000), output=Lengths(5, 60))
 

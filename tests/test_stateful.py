@@ -25,17 +25,18 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
-from prefill_delayer.fsm import DelayerMachine, State, finalize
-from prefill_delayer.fsm.step import select
-from prefill_delayer.spec import PassInput
+from prefill_delayer.fsm import DelayerMachine
+from delayer_spec import State, finalize
+from delayer_spec import select
+from delayer_spec import PassInput
 from prefill_delayer.spec.config import Config
-from prefill_delayer.spec.inputs import input_problems
-from prefill_delayer.spec.table import DELAYING, IDLE, NEGOTIATE, RELEASED, build_table
+from delayer_spec import input_problems
+from delayer_spec import DELAYING, IDLE, NEGOTIATE, RELEASED, build_table
 
 from fsm_sim import assert_same_decisions, build_rows, compiled_for, compiled_pass, machines_pass, states_pass
 from reference import RankInput, RefState, reference_pass
 
-from prefill_delayer.spec.profiles import PROFILES  # noqa: E402
+from delayer_spec import PROFILES  # noqa: E402
 TABLES = {p: build_table(p) for p in PROFILES}
 # Filled while the state machine runs; checked after it.
 HITS: dict[str, Counter] = {p: Counter() for p in PROFILES}

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from prefill_delayer.runtime import _release_stubs as stubs
-from prefill_delayer.runtime import _upstream as up
+from prefill_delayer.integrations.sglang import release_stubs as stubs
+from prefill_delayer.integrations.sglang import upstream as up
 from prefill_delayer.runtime.gather import import_torch
 
 SOURCE = b"class PrefillDelayer:\n    pass\n"
@@ -256,7 +256,7 @@ def test_release_imports_follow_the_releases() -> None:
 def test_importing_the_runtime_does_not_import_this() -> None:
     import subprocess
 
-    code = "import sys, prefill_delayer.runtime; print(sorted(m for m in sys.modules if '_upstream' in m or '_release_stubs' in m))"
+    code = "import sys, prefill_delayer.runtime; print(sorted(m for m in sys.modules if m.endswith('sglang.upstream') or m.endswith('release_stubs')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
@@ -265,7 +265,7 @@ def test_importing_the_runtime_does_not_import_this() -> None:
 def test_importing_this_does_not_import_torch() -> None:
     import subprocess
 
-    code = "import sys, prefill_delayer.runtime._upstream; print('torch' in sys.modules)"
+    code = "import sys, prefill_delayer.integrations.sglang.upstream; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"

@@ -7,9 +7,11 @@ import math
 
 import pytest
 
-from prefill_delayer.spec import PARAMETERS, Config, ConfigError, PassInput, PassInputError, validate_pass_input
-from prefill_delayer.spec.config import DEFAULT_MAX_DELAY_MS, MAX_QUEUE_MIN_RATIO, PARAMETER_BY_NAME
-from prefill_delayer.spec.inputs import INPUT_FIELDS, MAX_COUNT, input_problems, mask_fields, problems_mask
+from prefill_delayer.spec import ConfigError, PassInputError
+from delayer_spec import Config
+from delayer_spec import PARAMETERS, PassInput, validate_pass_input
+from delayer_spec import DEFAULT_MAX_DELAY_MS, MAX_QUEUE_MIN_RATIO, PARAMETER_BY_NAME
+from delayer_spec import INPUT_FIELDS, MAX_COUNT, input_problems, mask_fields, problems_mask
 
 NAN, INF = float("nan"), float("inf")
 

@@ -4,6 +4,8 @@
 (``replay``), so a trace that can be written can be replayed, and a trace that
 cannot be replayed is refused up front with the place of its first problem
 (``passes[3].ranks[1].running_batch``) instead of failing deep in the runtime.
+Every key is the policy's own (``spec.schema``): its parameters, its inputs by
+trace name, its decision key.
 """
 
 from __future__ import annotations
@@ -13,28 +15,12 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ..spec.config import Config
 from ..spec.errors import ConfigError
-from ..spec.inputs import MAX_COUNT
-from ..spec.profiles import known_profile, resolve_profile
-from ..spec.table import REASONS
+from ..spec.fields import BOOL, COUNT, INT64_MAX, MAX_COUNT, REASON, USAGE
+from ..spec.registry import known_profile, policy_of, resolve_profile
+from ..spec.schema import TRACE_CLOCK, TRACE_TOP_KEYS, config_keys, trace_expect_keys, trace_rank_keys
 
-TOP_KEYS = ("property", "profile", "config", "passes", "violation")
-CONFIG_KEYS = (
-    "dp_size",
-    "attn_tp_size",
-    "attn_cp_size",
-    "enable_dp_attention",
-    "max_delay_passes",
-    "token_usage_low_watermark",
-    "queue_min_ratio",
-    "max_delay_ms",
-    "prefill_max_requests",
-)
-COUNT_KEYS = ("running_batch", "max_prefill_bs", "waiting_queue_len", "max_running_requests")
-RANK_KEYS = ("prefillable", "token_usage") + COUNT_KEYS + ("now_s",)
-EXPECT_KEYS = ("allow", "reason", "wait_forward_passes")
-INT64_MAX = 2**63 - 1
+TOP_KEYS = TRACE_TOP_KEYS
 
 
 class TraceError(ValueError):
@@ -153,23 +139,37 @@ def _check_amount(value: Any, path: str, unit: str) -> None:
         raise TraceError(path, f"expected a finite number >= 0{unit}, got {_show(value)}")
 
 
-def _check_reason(value: Any, path: str) -> None:
-    if not isinstance(value, str) or value not in REASONS:
-        known = ", ".join(repr(r) for r in REASONS)
+def _check_reason(value: Any, path: str, reasons: tuple[str, ...]) -> None:
+    if not isinstance(value, str) or value not in reasons:
+        known = ", ".join(repr(r) for r in reasons)
         raise TraceError(path, f"unknown reason {_show(value)}; expected one of {known}")
 
 
-RANK_CHECKS: dict[str, Callable[[Any, str], None]] = {
-    "prefillable": _check_bool,
-    "token_usage": lambda v, p: _check_amount(v, p, ""),
-    **{k: (lambda v, p: _check_count(v, p, MAX_COUNT)) for k in COUNT_KEYS},
-    "now_s": lambda v, p: _check_amount(v, p, " (seconds)"),
-}
-EXPECT_CHECKS: dict[str, Callable[[Any, str], None]] = {
-    "allow": _check_bool,
-    "reason": _check_reason,
-    "wait_forward_passes": lambda v, p: _check_count(v, p, INT64_MAX),
-}
+def _check_of(kind: str, reasons: tuple[str, ...], high: int) -> Callable[[Any, str], None]:
+    if kind == BOOL:
+        return _check_bool
+    if kind == USAGE:
+        return lambda v, p: _check_amount(v, p, "")
+    if kind == COUNT:
+        return lambda v, p: _check_count(v, p, high)
+    if kind == REASON:
+        return lambda v, p: _check_reason(v, p, reasons)
+    raise ValueError(f"no trace check for kind {kind!r}")
+
+
+def rank_checks(policy: Any) -> dict[str, Callable[[Any, str], None]]:
+    """A trace's per-rank entry: each input by its trace name, then the clock."""
+    checks = {f.trace_name: _check_of(f.kind, policy.reasons, MAX_COUNT) for f in policy.trace.inputs}
+    checks[TRACE_CLOCK] = lambda v, p: _check_amount(v, p, " (seconds)")
+    assert tuple(checks) == trace_rank_keys(policy)
+    return checks
+
+
+def expect_checks(policy: Any) -> dict[str, Callable[[Any, str], None]]:
+    """A trace's expected decision per rank: the decision key by trace names."""
+    checks = {f.trace_name: _check_of(f.kind, policy.reasons, INT64_MAX) for f in policy.trace.expect}
+    assert tuple(checks) == trace_expect_keys(policy)
+    return checks
 
 
 # ----- checks of the parts -----------------------------------------------------
@@ -182,35 +182,39 @@ def _check_entries(obj: Any, path: str, checks: dict[str, Callable[[Any, str], N
         check(obj[key], _at(path, key))
 
 
-def _check_names(trace: dict[str, Any]) -> None:
-    """``property`` one with a replayable violation, ``profile`` a known one, ``violation`` text."""
-    from .violations import CHECKS
+def _check_names(trace: dict[str, Any]) -> Any:
+    """``profile`` a known one, ``property`` one of its policy's with a replayable violation, ``violation`` text."""
+    from .violations import replayable
 
-    prop = trace["property"]
-    if not isinstance(prop, str) or prop not in CHECKS:
-        raise TraceError("property", f"unknown property {_show(prop)}; replayable: {', '.join(CHECKS)}")
     if not known_profile(trace["profile"]):
         try:
             resolve_profile(trace["profile"])
         except ConfigError as exc:
             raise TraceError("profile", str(exc)) from None
+    policy = policy_of(trace["profile"])
+    prop = trace["property"]
+    names = replayable(policy)
+    if not isinstance(prop, str) or prop not in names:
+        raise TraceError("property", f"unknown property {_show(prop)}; replayable: {', '.join(names)}")
     if not isinstance(trace["violation"], str):
         raise TraceError("violation", f"expected a string, {_got(trace['violation'])}")
+    return policy
 
 
-def _check_config(config: Any, profile: str) -> Config:
-    """The trace's configuration as ``spec.config.Config`` builds it (whose message is passed on)."""
-    _need_keys(_need_object(config, "config"), "config", CONFIG_KEYS, strict=True)
+def _check_config(policy: Any, config: Any, profile: str) -> Any:
+    """The trace's configuration as the policy's configuration class builds it (whose message is passed on)."""
+    keys = policy.trace.config or config_keys(policy)
+    _need_keys(_need_object(config, "config"), "config", keys, strict=True)
     try:
-        return Config(profile=profile, **config)
+        return policy.config_cls(profile=profile, **config)
     except ConfigError as exc:
         raise TraceError("config", str(exc)) from None
 
 
-def _check_pass(p: Any, path: str, world: int) -> None:
+def _check_pass(policy: Any, p: Any, path: str, world: int) -> None:
     _need_keys(_need_object(p, path), path, ("ranks", "expect"), strict=False)
     what = f"entries (one per rank: world size {world})"
-    for part, checks in (("ranks", RANK_CHECKS), ("expect", EXPECT_CHECKS)):
+    for part, checks in (("ranks", rank_checks(policy)), ("expect", expect_checks(policy))):
         entries = _need_list(p[part], _at(path, part), world, what)
         for r, entry in enumerate(entries):
             _check_entries(entry, _at(_at(path, part), r), checks)
@@ -221,13 +225,13 @@ def validate_trace(trace: Any) -> dict[str, Any]:
     if not isinstance(trace, dict):
         raise TraceError("", f"expected a JSON object at the top level, {_got(trace)}")
     _need_keys(trace, "", TOP_KEYS, strict=False)
-    _check_names(trace)
-    world = _check_config(trace["config"], trace["profile"]).world_size
+    policy = _check_names(trace)
+    world = _check_config(policy, trace["config"], trace["profile"]).world_size
     passes = _need_list(trace["passes"], "passes")
     if not passes:
         raise TraceError("passes", "expected at least one pass, got an empty array")
     for i, p in enumerate(passes):
-        _check_pass(p, _at("passes", i), world)
+        _check_pass(policy, p, _at("passes", i), world)
     return trace
 
 

@@ -1,37 +1,50 @@
-"""Recognise a recorded violation in per-rank decisions: shared by ``prove`` and ``replay``."""
+"""Recognise a recorded violation in per-rank decisions, from the property's own monitor: for ``prove`` and ``replay``.
+
+A trace's property names one of its policy's monitors (``spec.monitors``); the
+monitor is evaluated here on Python values, pass by pass, over the decisions
+(``[pass][rank]``: the trace's ``expect`` entries, or what the runtime decided),
+and says what it found in the monitor's own words.
+"""
 
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-Decisions = Sequence[Sequence[dict[str, Any]]]  # [pass][rank] -> {allow, reason, wait_forward_passes}
+from ..spec.monitors import Agreement, GroupRunBound, RunBound
+from ..spec.ops import PY
+from ..spec.registry import policy_of
+from ..spec.schema import TraceDecision
+
+# The monitor kinds a trace can show: what the decisions alone (no gathered view) reveal.
+REPLAYABLE = (RunBound, Agreement, GroupRunBound)
 
 
-def longest_delay_run(decisions: Decisions, rank: int) -> tuple[int, int]:
-    """(length, index of the last pass) of ``rank``'s longest run of consecutive delays."""
-    best, best_end, run = 0, -1, 0
-    for i, per_rank in enumerate(decisions):
-        run = run + 1 if not per_rank[rank]["allow"] else 0
-        if run > best:
-            best, best_end = run, i
-    return best, best_end
+def replayable(policy: Any) -> tuple[str, ...]:
+    """The policy's properties whose violations a trace can record and replay reproduce."""
+    return tuple(inv.id for inv in policy.invariants if isinstance(inv.check, REPLAYABLE) and inv.id in policy.proof.bmc_search)
 
 
-def bounded_delay_violation(config: dict[str, Any], decisions: Decisions) -> Optional[str]:
-    bound = max(config["max_delay_passes"] - 1, 0)
+def decisions_of(policy: Any, expects: Sequence[Sequence[dict[str, Any]]]) -> list[list[Any]]:
+    """A trace's ``expect`` entries, read by the decision's field names."""
+    return [[TraceDecision(policy, e) for e in per_rank] for per_rank in expects]
+
+
+def _config(trace: dict[str, Any]) -> Any:
+    return policy_of(trace["profile"]).config_cls(profile=trace["profile"], **trace["config"])
+
+
+def run_bound_violation(mon: RunBound, c: Any, decisions: Sequence[Sequence[Any]]) -> Optional[str]:
+    limit = mon.limit(PY, c)
     for rank in range(len(decisions[0]) if decisions else 0):
-        length, end = longest_delay_run(decisions, rank)
-        if length > bound:
-            return (
-                f"rank {rank} delays {length} consecutive passes (passes {end - length + 1}..{end}), "
-                f"more than max(max_delay_passes - 1, 0) = {bound}"
-            )
+        length, end = mon.longest(PY, c, [(None, per_rank[rank]) for per_rank in decisions])
+        if length > limit:
+            return mon.trace_text.format(rank=rank, length=length, start=end - length + 1, end=end, limit=limit)
     return None
 
 
-def agreement_violation(config: dict[str, Any], decisions: Decisions) -> Optional[str]:
-    def key(d: dict[str, Any]) -> tuple:
-        return (d["allow"], d["reason"], d["wait_forward_passes"])
+def agreement_violation(policy: Any, decisions: Sequence[Sequence[Any]]) -> Optional[str]:
+    def key(d: Any) -> tuple:
+        return tuple(getattr(d, name) for name in policy.decision_key)
 
     for i, per_rank in enumerate(decisions):
         for r in range(1, len(per_rank)):
@@ -43,32 +56,37 @@ def agreement_violation(config: dict[str, Any], decisions: Decisions) -> Optiona
     return None
 
 
-def joint_progress_violation(config: dict[str, Any], decisions: Decisions) -> Optional[str]:
-    """A window of max(max_delay_passes, 1) passes in which every pass has a delaying rank."""
-    window = max(config["max_delay_passes"], 1)
+def group_run_violation(mon: GroupRunBound, c: Any, decisions: Sequence[Sequence[Any]]) -> Optional[str]:
+    """A window of ``window`` passes in which every pass has a counting rank."""
+    window = mon.window(PY, c)
     run = 0
     for i, per_rank in enumerate(decisions):
-        delaying = [r for r, d in enumerate(per_rank) if not d["allow"]]
-        run = run + 1 if delaying else 0
+        counting = [r for r, d in enumerate(per_rank) if mon.counts(PY, c, None, d)]
+        run = run + 1 if counting else 0
         if run >= window:
             start = i - run + 1
             who = "; ".join(
-                f"pass {j}: rank {', '.join(str(r) for r, d in enumerate(decisions[j]) if not d['allow'])} delays"
+                f"pass {j}: rank {', '.join(str(r) for r, d in enumerate(decisions[j]) if mon.counts(PY, c, None, d))} {mon.who}"
                 for j in range(start, i + 1)
             )
-            return f"passes {start}..{i} ({window} = max(max_delay_passes, 1) in a row) each have a delaying rank ({who})"
+            return f"passes {start}..{i} ({window} = {mon.window_text} in a row) each have {mon.some} ({who})"
     return None
 
 
-CHECKS = {
-    "bounded-delay": bounded_delay_violation,
-    "agreement": agreement_violation,
-    "agreement-equal-args": agreement_violation,
-    "joint-progress": joint_progress_violation,
-}
-
-
-def find_violation(prop: str, config: dict[str, Any], decisions: Decisions) -> Optional[str]:
-    if prop not in CHECKS:
-        raise ValueError(f"no replayable violation is defined for property {prop!r}")
-    return CHECKS[prop](config, decisions)
+def find_violation(prop: str, trace: dict[str, Any], decisions: Optional[Sequence[Sequence[Any]]] = None) -> Optional[str]:
+    """What ``prop``'s monitor finds in ``decisions`` (default: the trace's own expectations), or None."""
+    policy = policy_of(trace["profile"])
+    inv = policy.invariant(prop)
+    if inv is None or prop not in replayable(policy):
+        raise ValueError(f"no replayable violation is defined for property {prop!r} of {policy.name}")
+    if decisions is None:
+        decisions = decisions_of(policy, [p["expect"] for p in trace["passes"]])
+    elif decisions and decisions[0] and isinstance(decisions[0][0], dict):  # ``expect`` entries, as replay returns them
+        decisions = decisions_of(policy, decisions)
+    c = _config(trace)
+    mon = inv.check
+    if isinstance(mon, RunBound):
+        return run_bound_violation(mon, c, decisions)
+    if isinstance(mon, Agreement):
+        return agreement_violation(policy, decisions)
+    return group_run_violation(mon, c, decisions)

@@ -53,7 +53,10 @@ def resolve(setting: str) -> Choice:
     known ones); ``PluginError`` when SGLang is absent or its release unknown.
     """
     from ...spec.errors import ConfigError
-    from ...spec.profiles import PROFILES, RELEASES, resolve_profile
+    from ...spec.policies.sglang_delayer.profiles import RELEASES
+    from ...spec.registry import all_profiles, resolve_profile
+
+    PROFILES = all_profiles()
     from .releases import API_OF_RELEASE
 
     try:

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from ...fsm import Decision, State
+from types import SimpleNamespace
+
 from ...runtime.delayer import PrefillDelayer as CoreDelayer
 from ...runtime.delayer import PrefillDelayerSinglePassExecutor as CoreExecutor
 from ...runtime.gather import GatherFn
-from ...runtime.server_args import ServerArgs as ScheduleView
 from ...spec.errors import PassInputError
-from ...spec.inputs import args_problems
+from ...spec.inputs import checks_of
+from ...spec.registry import policy_of
 from .announce import flush_announcement
 
 # The profile whose decisions are SGLang 0.5.22-0.5.23's bit for bit: the default of this API.
@@ -68,14 +69,16 @@ class ShellDelayer:
         clock: Optional[Callable[[], float]],
     ) -> None:
         # ``settings`` is where the release reads them (``server_args`` or ``get_schedule()``).
-        # The core reads these five fields; disable_overlap_schedule there selects the
-        # device group, so it carries SGLang's own choice (its flag or its NCCL variable).
-        view = ScheduleView(
+        # The core reads the policy's parameters SGLang keeps there (``Param.server_arg``);
+        # disable_overlap_schedule selects the device group, so it carries SGLang's own
+        # choice (its flag or its NCCL variable).
+        chosen = profile if profile is not None else type(self).profile
+        kept = {p.server_arg: getattr(settings, p.server_arg) for p in policy_of(chosen).params
+                if p.server_arg is not None and p.server_arg != "enable_dp_attention"}
+        view = SimpleNamespace(
             enable_dp_attention=attn_dp_enabled,
             disable_overlap_schedule=bool(settings.disable_overlap_schedule or nccl_env()),
-            prefill_delayer_queue_min_ratio=settings.prefill_delayer_queue_min_ratio,
-            prefill_delayer_max_delay_ms=settings.prefill_delayer_max_delay_ms,
-            prefill_max_requests=settings.prefill_max_requests,
+            **kept,
         )
         self._core = CoreDelayer(
             num_dp_ranks,
@@ -87,7 +90,7 @@ class ShellDelayer:
             metrics_collector,
             device,
             device_group,
-            profile=profile if profile is not None else type(self).profile,
+            profile=chosen,
             gather=gather,
             clock=clock,
             attn_cp_size=attn_cp_size,
@@ -108,7 +111,7 @@ class ShellDelayer:
         return self._core.config
 
     @property
-    def state(self) -> State:
+    def state(self) -> Any:
         return self._core.state
 
     @property
@@ -139,7 +142,7 @@ class ShellDelayer:
         max_prefill_bs: int = 0,
         max_running_requests: int = 0,
         waiting_queue_len: int = 0,
-    ) -> Decision:
+    ) -> Any:
         """SGLang's private entry point, as its tests call it: one negotiated pass."""
         return self._core.negotiate(
             local_prefillable, token_usage, running_batch, max_prefill_bs, max_running_requests, waiting_queue_len
@@ -205,7 +208,7 @@ class PassExecutor:
         return self._pass._called
 
     @property
-    def _result(self) -> Optional[Decision]:
+    def _result(self) -> Optional[Any]:
         return self._pass._result
 
     def negotiate_should_allow_prefill(
@@ -254,7 +257,7 @@ class PrefillDelayerSinglePassExecutor(PassExecutor):
         )
         if local_prefillable:
             if repeat:
-                problems = args_problems(
+                problems = checks_of(self._prefill_delayer.core.policy).problems(
                     local_prefillable, self._token_usage, running_batch, max_prefill_bs, max_running_requests,
                     waiting_queue_len,
                 )

@@ -12,10 +12,9 @@ covered by some feature here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
-from .errors import ConfigError
+from ...policy import Feature, Profile
 
 UPSTREAM_ISSUE_URL = "https://github.com/sgl-project/sglang/issues/{}"  # GitHub forwards PR numbers too
 
@@ -26,19 +25,6 @@ GATHERED_TIMEOUT = "gathered-timeout"
 ATTN_CP_LAYOUT = "attn-cp-layout"
 GATHERED_MRR = "gathered-max-running-requests"
 SKIP_SLOT_ONLY = "skip-slot-only"
-
-
-@dataclass(frozen=True)
-class Feature:
-    id: str
-    topic: str
-    before: str
-    after: str
-    why: str
-    upstream: tuple[int, ...]  # public SGLang issue / PR numbers
-    since: Optional[str]  # first SGLang release with it; None: ours (hardened only)
-    shows_in: tuple[str, ...]  # guard names, or transition names without the source prefix
-    invariant: str = ""  # the catalogue property the feature changes, if any
 
 
 FEATURES: tuple[Feature, ...] = (
@@ -114,14 +100,6 @@ FEATURES: tuple[Feature, ...] = (
 FEATURE_BY_ID = {f.id: f for f in FEATURES}
 
 
-@dataclass(frozen=True)
-class Profile:
-    name: str
-    features: frozenset[str]
-    releases: tuple[str, ...]  # the SGLang releases whose prefill_delayer.py this profile is
-    summary: str
-
-
 def _upstream_until(version: str) -> frozenset[str]:
     return frozenset(f.id for f in FEATURES if f.since is not None and _key(f.since) <= _key(version))
 
@@ -152,22 +130,16 @@ RELEASES = {release: p.name for p in PROFILE_DEFS for release in p.releases}
 SEED_RELEASE = "0.5.16"  # the release the seed is, as fetched from the package registry
 
 
-def known_profile(name: Any) -> bool:
-    """Whether ``resolve_profile`` accepts ``name``."""
-    return isinstance(name, str) and (name in PROFILE_BY_NAME or (name.startswith("sglang-") and name[7:] in RELEASES))
+def release_aliases() -> dict[str, str]:
+    """``sglang-X`` for every release X we read: the profile it is."""
+    return {f"sglang-{release}": name for release, name in RELEASES.items()}
 
 
 def resolve_profile(name: Any) -> str:
-    """The canonical profile of ``name``: a profile name, or ``sglang-X`` for any release X we know.
+    """The canonical profile of ``name`` (``spec.registry.resolve_profile``: any policy's, or a release)."""
+    from ...registry import resolve_profile as resolve
 
-    Raises ``ConfigError`` listing the known names otherwise, so
-    ``profile=f"sglang-{sglang.__version__}"`` either works or says why not.
-    """
-    if known_profile(name):
-        return name if name in PROFILE_BY_NAME else RELEASES[name[len("sglang-"):]]
-    known = ", ".join(PROFILES)
-    releases = ", ".join(f"sglang-{r}" for r in RELEASES)
-    raise ConfigError(f"unknown profile {name!r}: expected one of {known}, or a release: {releases}")
+    return resolve(name)
 
 
 def features_of(profile: str) -> frozenset[str]:

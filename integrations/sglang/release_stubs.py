@@ -1,7 +1,7 @@
 """What a released ``prefill_delayer.py`` imports, for running it without SGLang.
 
 Each SGLang release imports a few names from ``sglang.*``; ``release_imports``
-says which, by release. The loader (``runtime._upstream``) serves those stub
+says which, by release. The loader (``integrations.sglang.upstream``) serves those stub
 modules, a ``time`` whose ``perf_counter`` is the caller's clock, and a
 per-module ``torch`` proxy through an ``__import__`` hook in the module's own
 builtins: nothing is put into ``sys.modules`` and the real ``torch`` is never
@@ -22,7 +22,7 @@ import time
 import types
 from typing import Any, Callable, Mapping, Optional
 
-from .server_args import NCCL_ENV, get_bool_env_var
+from ...runtime.server_args import NCCL_ENV, get_bool_env_var
 
 Version = tuple[int, ...]
 

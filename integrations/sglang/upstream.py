@@ -4,7 +4,7 @@ The parity tests and the benchmark run the very code each SGLang release
 shipped, next to this runtime. ``release_source(version)`` fetches a release
 once (``pip download sglang==X --no-deps``) and keeps only that one file in a
 cache outside the repository; ``load_release(version)`` executes it as a fresh
-module with stubs for its sglang imports (``runtime._release_stubs``);
+module with stubs for its sglang imports (``integrations.sglang.release_stubs``);
 ``release_delayer`` builds its ``PrefillDelayer`` whatever that release's
 constructor takes. Nothing here is imported by ``prefill_delayer.runtime``
 itself, and torch is imported only when a release is loaded.
@@ -25,8 +25,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ..spec.profiles import RELEASES, SEED_RELEASE
-from . import _release_stubs as stubs
+from ...spec.policies.sglang_delayer.profiles import RELEASES, SEED_RELEASE
+from . import release_stubs as stubs
 
 __all__ = [
     "CACHE_ENV", "RELEASES", "ReleaseUnavailable", "SEED_RELEASE", "cache_dir", "load_release",
@@ -74,7 +74,7 @@ _fetch_lock = threading.Lock()
 def release_source(version: str) -> Path:
     """The cached ``prefill_delayer.py`` of SGLang ``version``, fetched on first use.
 
-    Raises ``ValueError`` for a release not in ``spec.profiles.RELEASES`` and
+    Raises ``ValueError`` for a release not in ``RELEASES`` and
     ``ReleaseUnavailable`` when it is not cached and cannot be downloaded. The
     file appears atomically: a failed fetch leaves no partial file behind.
     """
@@ -173,7 +173,7 @@ def load_release(
     global _loads
     path = release_source(version)
     code = _compiled(str(path), path.read_text())
-    from .gather import import_torch
+    from ...runtime.gather import import_torch
 
     torch, dist = import_torch()
     served = {**stubs.stub_modules(version, torch, dist, parallel, schedule), **stubs.fake_imports(torch, dist, clock)}

@@ -1,0 +1,229 @@
+"""One rank of any policy over one collective per pass: the runtime's core.
+
+One pass, on every rank: read the clock once, validate the inputs, build this
+rank's row (the policy's ``local_row``, compiled, then the envelope), all-gather
+the rows, check them, and step the compiled table on them. No guard is restated
+here: the step is ``fsm.compiled.CompiledStep``, the policy's table compiled for
+this configuration. With ``PREFILL_DELAYER_CROSSCHECK=1`` every pass is also
+fired through the ``transitions`` machine (``fsm.DelayerMachine``) and any
+difference raises ``AssertionError``; the test suite runs that way.
+
+Failures never half-update the state: a pass computes its next state without
+touching the current one and stores it only once the pass has succeeded.
+Errors whose cause is in the gathered rows (a bad input on some rank, a
+configuration mismatch) are raised identically on every rank, after a
+collective every rank took part in (``runtime.envelope``).
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from typing import Any, Callable, Optional, Sequence
+
+from ..fsm import DelayerMachine, Step
+from ..fsm.compiled import CompiledStep
+from ..spec.errors import ConfigError
+from ..spec.fields import clock_problem
+from ..spec.inputs import CLOCK
+from .decision_log import DecisionLog, open_decision_log
+from .envelope import Envelope, ensure_rows
+from .errors import CollectiveError
+from .gather import GatherFn, describe
+from .server_args import get_bool_env_var
+
+# Fire every pass through the ``transitions`` machine too and compare (tests, debugging).
+CROSSCHECK_ENV = "PREFILL_DELAYER_CROSSCHECK"
+
+
+class PolicyCore:
+    """One rank's policy: its state, one all-gather per pass, the decision log.
+
+    ``negotiate(*inputs)`` takes the policy's inputs in declaration order (defaults
+    filled for the ones left out); ``finalize()`` ends the pass. ``gather`` is a
+    ``gather(row) -> rows`` callable (``runtime.gather``, ``runtime.inprocess``);
+    ``clock`` returns seconds and is read exactly once per pass.
+    """
+
+    def __init__(
+        self,
+        config: Any,
+        gather: GatherFn,
+        *,
+        clock: Optional[Callable[[], float]] = None,
+        decision_log: Any = None,
+        registry: Any = None,
+    ) -> None:
+        self.config = c = config
+        self.policy = policy = c.policy
+        if clock is not None and not callable(clock):
+            raise ConfigError(f"clock must be a callable returning seconds, got {clock!r}")
+        self._clock: Callable[[], float] = clock if clock is not None else time.perf_counter
+        if not callable(gather):
+            raise ConfigError(f"gather must be a callable gather(row) -> rows, got {gather!r}")
+        size = getattr(gather, "world_size", None)
+        if size is not None and size != c.world_size:
+            raise ConfigError(
+                f"the gather's group has {size} ranks but the configuration needs {c.world_size} "
+                "(dp_size x attn_cp_size x attn_tp_size with DP attention, else attn_cp_size x attn_tp_size)"
+            )
+        self._gather: GatherFn = gather
+        # A gather that can hand back the concatenated rows (``TorchGather``) saves
+        # building per-rank lists; any other is flattened after a shape check.
+        self._gather_flat: Optional[Callable[[Sequence[int]], Sequence[int]]] = getattr(gather, "gather_flat", None)
+        self._group = describe(gather)
+        self.envelope = env = Envelope(c)
+        self._world_size = c.world_size
+        self._flat_len = env.flat_len
+        self._fingerprint = env.fingerprint
+        self._n = env.row_len
+        self._f_error, self._f_fingerprint = env.f_error, env.f_fingerprint
+        self._problems = env.checks.problems
+        self._defaults = tuple(f.default for f in policy.inputs)
+        self._n_inputs = len(policy.inputs)
+        # The compiled row ends with the envelope of a valid row.
+        self._step = CompiledStep(c, row_tail=env.tail, row_len=env.row_len)
+        local_at = [policy.input_names.index(name) for name in policy.local_inputs]
+        self._decide = _decider(local_at)
+        self._shadow: Optional[DelayerMachine] = DelayerMachine(c, self._step.table) if get_bool_env_var(CROSSCHECK_ENV) else None
+        self._pure = Step(c, self._step.table)
+        self._state = policy.init
+        self._passes = 0
+        # Last: the header it writes records the finished configuration.
+        self._log: Optional[DecisionLog] = open_decision_log(decision_log, c, gather, registry=registry)
+        self._readings_at = tuple(policy.input_names.index(name) for name, _ in policy.log.readings)
+        if self._log is not None:
+            weakref.finalize(self, self._log.close)  # flushed when the delayer goes, and at exit
+
+    # ----- state -------------------------------------------------------------
+
+    @property
+    def state(self) -> Any:
+        """Control state and extended variables (the policy's ``State``)."""
+        return self._state
+
+    @property
+    def passes(self) -> int:
+        """Passes negotiated successfully so far."""
+        return self._passes
+
+    @property
+    def decision_log(self) -> Optional[DecisionLog]:
+        """The decision log, or ``None`` when it is off."""
+        return self._log
+
+    def close(self) -> None:
+        """Flush and close the decision log (if any); the core itself needs no closing."""
+        if self._log is not None:
+            self._log.close()
+
+    def set_variable(self, name: str, value: Any) -> None:
+        """Set a state variable from outside (SGLang's callers set the seed's one-shot skip); logged."""
+        self._state = self._state._replace(**{name: value})
+        if self._log is not None:
+            self._log.flag_set(self._passes, name, value)
+
+    # ----- one pass ----------------------------------------------------------
+
+    def negotiate(self, *args: Any) -> Any:
+        """One pass: gather every rank's row and fire the table's ``negotiate``.
+
+        Returns the policy's decision. A pass left unfinalized by a caller is
+        finalized first. Raises ``PeerInputError`` / ``ConfigMismatchError`` on
+        every rank alike, ``CollectiveError`` when the gather fails; in every
+        case the state is as before the call.
+        """
+        if len(args) != self._n_inputs:
+            args = _complete(args, self._defaults, self.policy)
+        step = self._step
+        state = step.finalize(self._state)
+        pass_number = self._passes + 1
+        problems = self._problems(*args)
+        clock_error: Optional[Exception] = None
+        try:
+            now = self._clock()
+        except Exception as err:  # still take part in the gather: the peers must not hang
+            now, clock_error = None, err
+        problem = clock_problem(now, clock_error)
+        if problem is not None:
+            problems = [*problems, (CLOCK, problem)]
+        row = self.envelope.error_row(problems) if problems else step.row(state, now, *args)
+        gather_flat = self._gather_flat
+        try:
+            flat = gather_flat(row) if gather_flat is not None else self._gather(row)
+        except Exception as err:
+            failure = CollectiveError(
+                f"pass {pass_number}: all-gather over {self._group} failed: {type(err).__name__}: {err}",
+                pass_number=pass_number,
+                group=self._group,
+            )
+            if self._log is not None:
+                self._log.failed(pass_number, now, self._inputs_dict(args), None, state, failure)
+            raise failure from err
+        try:
+            if gather_flat is None:
+                flat = ensure_rows(flat, self.envelope, pass_number, self._group)
+            n = self._n
+            if (
+                problems
+                or len(flat) != self._flat_len
+                or flat[self._f_fingerprint::n].count(self._fingerprint) != self._world_size
+                or any(flat[self._f_error::n])
+            ):
+                self.envelope.reject(flat, pass_number, self._group, problems, clock_error)
+        except Exception as failure:
+            if self._log is not None:
+                self._log.failed(pass_number, now, self._inputs_dict(args), flat, state, failure)
+            raise
+        decision = self._decide(self, state, now, args, flat)
+        if self._shadow is not None:
+            self._crosscheck(state, now, args, flat, decision)
+        self._state = decision.next_state
+        self._passes = pass_number
+        log = self._log
+        if log is not None:
+            log.passed(pass_number, now, tuple(args[i] for i in self._readings_at), flat, state, decision)
+        return decision
+
+    def finalize(self) -> Any:
+        """End of pass: fire the table's ``finalize`` (for SGLang's delayer: released -> idle; delaying stays)."""
+        before = self._state
+        after = self._step.finalize(before)
+        if self._shadow is not None and after != before:  # a state without a finalize row is already finalized
+            self._shadow.restore(before)
+            want = self._shadow.finalize()
+            if want != after:
+                raise AssertionError(f"compiled finalize gave {after}, the transitions machine {want}")
+        self._state = after
+        return after
+
+    def _inputs_dict(self, args: Sequence[Any]) -> dict[str, Any]:
+        return dict(zip(self.policy.input_names, args))
+
+    def _crosscheck(self, state: Any, now: float, args: Sequence[Any], flat: Sequence[int], decision: Any) -> None:
+        """Fire the same pass through the ``transitions`` machine; any difference is a bug here."""
+        machine = self._shadow
+        assert machine is not None
+        rows = self.envelope.policy_rows(flat)
+        machine.restore(state)
+        inp = self.policy.input_cls(*args)
+        want = machine.negotiate(self._pure.view(rows), self._pure.local(state, now, inp))
+        if want != decision:
+            raise AssertionError(f"compiled step gave {decision}, the transitions machine {want} (state {state}, rows {rows})")
+
+
+def _complete(args: tuple, defaults: tuple, policy: Any) -> tuple:
+    """``args`` with the defaults of the inputs left out; a ``TypeError`` as a call would raise it."""
+    n = len(defaults)
+    if len(args) > n or any(d is None for d in defaults[len(args):]):
+        names = ", ".join(policy.input_names)
+        raise TypeError(f"negotiate takes the inputs ({names}): got {len(args)} values")
+    return args + defaults[len(args):]
+
+
+def _decider(local_at: list[int]) -> Callable[..., Any]:
+    """``(core, state, now, args, flat) -> Decision``: the core's compiled ``negotiate`` with the local inputs it reads."""
+    picks = "".join(f"args[{i}], " for i in local_at)
+    namespace: dict[str, Any] = {}
+    exec(f"def decide(core, state, now, args, flat):\n    return core._step.negotiate(state, now, {picks}flat)\n", namespace)
+    return namespace["decide"]  # type: ignore[no-any-return]

@@ -1,0 +1,343 @@
+"""The policy interface: what a policy module declares, and all that the other packages read.
+
+A policy reads like a TLA+ module, each part a small pure function or a table of
+data over the operator layer (``spec.ops``):
+
+* its variables (``State``, ``control`` first) and ``init``, with ``type_ok``;
+* its per-pass inputs, and what the guards see of the state and the inputs
+  (``local_for``);
+* the row each rank sends (``row``, ``local_row``) and how the gathered view
+  folds the rows (``view``: one ``Agg`` per field, the fold as data);
+* its guards and its transition table, with ``decide`` for a fired row's
+  effects and decision;
+* its configuration (a ``PolicyConfig`` subclass) with the parameters' validation;
+* its profiles, each a set of named features, and the engine releases each is;
+* the catalogue properties that apply to it (``Invariant``: a monitor or a
+  structural check), with the expected verdict per profile.
+
+``fsm``, ``runtime``, ``proofs``, ``traces``, ``conformance``, ``sim`` and
+``docgen`` take a ``Policy`` (``spec.registry.policy_of``) and never name one.
+"""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from .fields import Field
+
+PROVED, REFUTED, UNKNOWN = "proved", "refuted", "unknown"
+COUNTED, ALL = "counted", "all"  # which rows an aggregate reads: the first of each DP group, or every one
+AGG_KINDS = ("count", "sum", "max", "any")
+
+
+@dataclass(frozen=True)
+class Agg:
+    """One field of the gathered view: ``kind`` of row field ``field`` over ``over`` rows.
+
+    ``count`` is the number of counted rows (``field`` None); ``any`` is "the sum
+    is > 0" of a 0/1 field. ``sym`` is the field's Z3 variable stem.
+    """
+
+    name: str
+    kind: str
+    field: Optional[str]
+    over: str = COUNTED
+    doc: str = ""
+    sym: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in AGG_KINDS or self.over not in (COUNTED, ALL) or (self.kind == "count") != (self.field is None):
+            raise ValueError(f"view field {self.name}: not a fold this interface knows ({self.kind} of {self.field} over {self.over})")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One configuration parameter: its default, its valid range in words, and the check."""
+
+    name: str
+    default: Any
+    valid: str
+    check: Callable[[Any], bool]
+    server_arg: Optional[str] = None  # where an SGLang scheduler keeps it (server_args / get_schedule()), if anywhere
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One change of a policy: the behaviour before and after, why, and where it shows."""
+
+    id: str
+    topic: str
+    before: str
+    after: str
+    why: str
+    upstream: tuple[int, ...]  # public issue / PR numbers of the engine
+    since: Optional[str]  # first release with it; None: ours
+    shows_in: tuple[str, ...]  # guard names, or transition names without the source prefix
+    invariant: str = ""  # the catalogue property the feature changes, if any
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    features: frozenset[str]
+    releases: tuple[str, ...]  # the engine releases whose code this profile is, bit for bit
+    summary: str
+
+
+@dataclass(frozen=True)
+class Invariant:
+    """A catalogue property as it applies to one policy.
+
+    ``check`` is a monitor (``spec.monitors``: a run invariant, written once and
+    evaluated on Python values and on Z3 terms alike) or the name of a
+    structural check the proofs know (``guards-partition``, ``aggregate-view``,
+    ``refinement``). ``expected`` is the status ``prefill-delayer prove`` must
+    find for each profile: the regression contract.
+    """
+
+    id: str
+    statement: str
+    expected: Mapping[str, str]
+    check: Any
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class TraceSchema:
+    """How the policy's passes read in a counterexample trace: per-rank inputs, and the expected decisions."""
+
+    inputs: tuple[Field, ...]  # the negotiate inputs, in the trace's key order (the clock is ``now_s``, last)
+    expect: tuple[Field, ...]  # decision fields, trace names in ``Field.trace``
+    config: tuple[str, ...] = ()  # the config's keys in a written trace, in order (default: the parameters')
+
+
+@dataclass(eq=False)
+class Policy:
+    """Everything one policy declares; see the module docstring for what each part is.
+
+    Not frozen, so a test can patch one part (a feature, the table) and see every
+    consumer follow; compared by identity (one object per policy, in the registry).
+    """
+
+    name: str
+    title: str
+    summary: str
+    source: str  # what was read, with the version or commit
+    upstream_url: str  # an issue or PR of the engine, by number: "https://github.com/.../issues/{}"
+    # configuration and profiles
+    config_cls: type
+    params: tuple[Param, ...]
+    profiles: tuple[Profile, ...]
+    features: tuple[Feature, ...]
+    default_profile: str
+    release_aliases: Mapping[str, str]  # "sglang-0.5.20" -> "sglang-0.5.19": names that resolve to a profile
+    # variables
+    states: tuple[str, ...]
+    state_doc: Mapping[str, str]
+    state_cls: type
+    state_fields: tuple[Field, ...]  # the extended variables, after ``control``
+    init: Any
+    type_ok: Callable[..., Any]  # (o, c, st) -> Bool
+    shared: tuple[str, ...]  # state fields ranks in step share (the rest are read on a rank's own clock)
+    # inputs, and the guards' view of a rank
+    inputs: tuple[Field, ...]
+    input_cls: type
+    local_cls: type
+    local_for: Callable[..., Any]  # (o, st, now, inp) -> Local
+    local_inputs: tuple[str, ...]  # the inputs local_for reads (besides the clock): a rank's own arguments
+    local_domain: Callable[..., list]  # (o, c, st, now, inp) -> what every reachable rank satisfies locally
+    # row and view
+    row: tuple[Field, ...]
+    local_row: Callable[..., list]  # (o, c, inp, local) -> this rank's row
+    view: tuple[Agg, ...]
+    view_cls: type
+    view_domain: Callable[..., list]  # (o, c, v) -> exactly what rows can give (proved by aggregate-view)
+    # guards and table
+    guards: Any  # the guards' module, read when used (so a patched guard shows everywhere)
+    table_guards: tuple[str, ...]  # the guards a table row may name
+    reasons: tuple[str, ...]
+    effect_doc: Mapping[str, str]
+    keep_doc: str  # what an effect-free row does to the variables
+    build_table: Callable[[str], Any]
+    decision_cls: type  # NamedTuple: next_state, then the outputs (output_allow, output_reason among them)
+    decision_fields: tuple[Field, ...]  # the outputs after next_state
+    decide: Callable[..., Any]  # (o, c, t, v, s) -> Decision
+    decision_key: tuple[str, ...]  # what ranks in agreement decide alike
+    # properties
+    invariants: tuple[Invariant, ...]
+    # glossary (docs): the symbols the guards read
+    symbols: tuple[Any, ...]
+    trace: TraceSchema
+    log: Any  # what a decision-log line records of a rank (``spec.schema.LogSchema``)
+    # the parts the proofs need beyond the above (``spec.policy.ProofHooks``)
+    proof: Any
+    # how an SGLang scheduler's delayer call sites drive it (``spec.policy.HostBinding``), or None
+    host: Any = None
+    # how the simulator's scheduler feeds it and acts on it (``spec.policy.SimBinding``)
+    sim: Any = None
+    extras: Mapping[str, Any] = field(default_factory=dict)
+    # the guards, by name, when the guards' module holds more than guards (else every public function of it)
+    guard_names: tuple[str, ...] = ()
+
+    # ----- derived, for every consumer ------------------------------------------------
+
+    @property
+    def profile_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.profiles)
+
+    def profile(self, name: str) -> Profile:
+        return next(p for p in self.profiles if p.name == name)
+
+    def features_of(self, profile: str) -> frozenset[str]:
+        return self.profile(profile).features
+
+    @property
+    def invariant_ids(self) -> tuple[str, ...]:
+        return tuple(inv.id for inv in self.invariants)
+
+    def invariant(self, prop: str) -> Optional[Invariant]:
+        return next((inv for inv in self.invariants if inv.id == prop), None)
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.inputs)
+
+    @property
+    def row_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.row)
+
+    @property
+    def state_names(self) -> tuple[str, ...]:
+        return self.state_cls._fields  # type: ignore[attr-defined, no-any-return]
+
+    @property
+    def decision_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.decision_fields)
+
+    def guard_functions(self) -> dict[str, Callable[..., Any]]:
+        """Every public function of the guards' module, in definition order (read now, so patches show),
+        except the helpers it imports from the rest of the spec."""
+        module = self.guards
+        if self.guard_names:
+            return {name: getattr(module, name) for name in self.guard_names}
+        package = module.__name__.rpartition(".")[0]
+        return {
+            name: fn
+            for name, fn in vars(module).items()
+            if not name.startswith("_")
+            and isinstance(fn, types.FunctionType)
+            and (fn.__module__ == module.__name__ or not fn.__module__.startswith(package + "."))
+        }
+
+    # ----- the gathered view, folded as ``view`` declares ------------------------------
+
+    def counted_rows(self, c: Any, rows: Sequence[Sequence[Any]]) -> Sequence[Sequence[Any]]:
+        """The first row of each DP group (attn_cp x attn_tp ranks, DP-major), from all rows in global rank order."""
+        return rows[:: c.group_size][: c.dp_dim]
+
+    def gathered_view(self, o: Any, c: Any, rows: Sequence[Sequence[Any]]) -> Any:
+        """Fold the rows into the view the guards read, one ``Agg`` at a time, in declaration order."""
+        counted = self.counted_rows(c, rows)
+        index = self._row_index
+        values = []
+        for a in self.view:
+            src = counted if a.over == COUNTED else rows
+            if a.field is None:  # count: validated with the Agg
+                values.append(len(src))
+                continue
+            i = index[a.field]
+            if a.kind == "max":
+                values.append(o.MaxOf([r[i] for r in src]))
+            elif a.kind == "sum":
+                values.append(o.SumOf(r[i] for r in src))
+            else:  # any: the sum of a 0/1 field is positive
+                values.append(o.SumOf(r[i] for r in src) > 0)
+        return self.view_cls(*values)
+
+    @property
+    def _row_index(self) -> dict[str, int]:
+        return {f.name: i for i, f in enumerate(self.row)}
+
+    def control_code(self, control: str) -> int:
+        """The control state as the integer the proofs encode it by."""
+        return self.states.index(control)
+
+
+@dataclass(frozen=True)
+class ProofHooks:
+    """What the proofs need of a policy beyond its spec: the scope, symbolic stand-ins, witnesses.
+
+    Every function here is written over the symbolic operator layer (``o.Int``,
+    ``o.Real``, ``o.Bool`` make variables), so the spec imports no solver.
+    """
+
+    outputs: tuple[str, ...]  # the decision fields the proofs encode, in the order they build them
+    families: Callable[..., list]  # (profile, scope) -> the structural variants a property is checked on
+    scope_ranges: Callable[..., str]  # (families) -> the parameter ranges a proof on them covers, in words
+    layout_range: str  # what aggregate-view's proof covers, in words
+    default_scope: Any  # the Scope ``prove`` uses by default
+    scope_of: Callable[..., Any]  # (dp_size=None, **pinned parameters) -> the Scope of ``prove``'s options
+    scope_options: tuple["ScopeOption", ...]  # the parameters ``prove`` offers to pin, one option each
+    sym_config: Callable[..., Any]  # (o, family, tag) -> the configuration with its numbers symbolic
+    config_domain: Callable[..., list]  # (o, c) -> the valid range of the symbolic numbers
+    concrete: Callable[..., Any]  # (family, scope) -> the family at one value of each "every value" switch
+    # aggregate-view: rows and views that witness completeness
+    witness_row: Callable[..., tuple]  # (o, c, v) -> (inputs, local) of a row that adds one counted rank to a view
+    split_view: Callable[..., Any]  # (o, v) -> the view of one counted row fewer (to pair with witness_row)
+    idle_row: Callable[..., tuple]  # (o,) -> (inputs, local) of a row that adds nothing
+    layout_witness: Callable[..., tuple]  # (o, c, v, group, counted, groups) -> (inputs, local) of a rank of a concrete layout
+    reference: Optional[Callable[..., Any]] = None  # refinement: (o, c, st, v, now, inp) -> (outputs by name, next state)
+    reference_row: Optional[Callable[..., list]] = None  # (o, c, inp, local) -> the row, as the release's code builds it
+    # bounded model checking: trace-friendly parameter ranges, and readable numbers
+    bmc_config: Callable[..., tuple] = lambda o, c: ([], None)  # (o, c) -> (assertions, (value, ranks) -> the trace's config)
+    bmc_soft: Callable[..., list] = lambda o, c: []  # (o, c) -> [(term, weight)] preferences on the configuration
+    bmc_search: Mapping[str, tuple] = field(default_factory=dict)  # property -> (family picker, first restriction)
+
+
+@dataclass(frozen=True)
+class ScopeOption:
+    """A ``prove`` option that pins one parameter the proofs otherwise take at every value."""
+
+    option: str  # "--queue-min-ratio"
+    param: str  # the parameter it pins
+    type: type
+    help: str
+    wanted: str  # the valid values, after "must be": "a number in (0, 1048576]"
+
+
+@dataclass(frozen=True)
+class HostBinding:
+    """How an SGLang scheduler's ``PrefillDelayer`` call sites drive a policy.
+
+    ``inputs`` maps the call's arguments (``local_prefillable, token_usage,
+    running_batch, max_prefill_bs, max_running_requests, waiting_queue_len``) to
+    the policy's inputs; ``idle`` are the arguments of a pass that reached no
+    call site; ``metrics`` reads SGLang's outcome metrics from a decision;
+    ``flags`` are state variables SGLang's code sets from outside, by attribute.
+    """
+
+    call: tuple[Field, ...]
+    inputs: Optional[Callable[..., tuple]]  # None: the call's arguments are the inputs, in order
+    idle: Mapping[str, Any]
+    metrics: Callable[[Any], tuple]  # decision -> (forward_passes, wait_seconds, input_estimation)
+    flags: Mapping[str, str] = field(default_factory=dict)  # attribute -> state field
+    settings: Callable[[Any], str] = lambda c: ""  # the settings line the constructor logs, in SGLang's words
+    debug_line: Callable[[Any, bool], Optional[str]] = lambda d, actual: None  # SGLang's debug log line for a pass, if any
+
+
+@dataclass(frozen=True)
+class SimBinding:
+    """Where the simulated scheduler consults the policy, and which scheduler facts feed its inputs."""
+
+    call_site: str  # "admission": inside the prefill adder, as SGLang's delayer; "gate": before admission
+    inputs: Callable[..., tuple]  # (facts) -> the policy's inputs for a rank that asks
+    idle_inputs: Callable[..., tuple]  # (facts) -> the inputs of a rank that reached no call site
+    outcome: Callable[[Any], tuple] = lambda d: ("", d.output_allow, d.output_reason, 0)  # (estimation, allow, reason, forward_passes)
+
+
+def with_states(cls: Any, names: Sequence[str]) -> None:
+    """Check that a State class has ``control`` first and ``names`` after it."""
+    if tuple(cls._fields) != ("control", *names):
+        raise ValueError(f"{cls.__name__} must be (control, {', '.join(names)}), got {cls._fields}")
