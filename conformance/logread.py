@@ -241,16 +241,37 @@ class LineSchema:
                 return f"field '{key}' expected {_kind_wanted(kind, frozenset())}, got {_show(o[key])}"
         return None
 
+    def _quick(self) -> Any:
+        """``valid``, generated from the kinds: one expression per pass, as a hand-written check would be."""
+        def test(kind: str, x: str) -> str:
+            if kind == BOOL:
+                return f"type({x}) is bool"
+            if kind == COUNT:
+                return f"type({x}) is int and {x} >= 0"
+            if kind in (SECONDS, USAGE):
+                return f"type({x}) in _NUM and _finite({x})"
+            if kind == OPT_SECONDS:
+                return f"({x} is None or (type({x}) in _NUM and _finite({x})))"
+            if kind == TEXT:
+                return f"type({x}) is str"
+            return f"{x} in _names_{kind}"
+
+        parts = [test(k, f"b[{i}]") for i, k in enumerate(self.state_kinds)]
+        parts += [test(k, f"a[{i}]") for i, k in enumerate(self.state_kinds)]
+        parts += [test(k, f"d[{i + 1}]") for i, k in enumerate(self.decision_kinds)]
+        parts += [test(k, f"r[{key!r}]") for (_, key), k in zip(self.readings, self.reading_kinds)]
+        source = "def valid(b, d, r):\n    a = d[0]\n    return " + " and ".join(f"({p})" for p in parts) + "\n"
+        namespace = {"_NUM": _NUM, "_finite": math.isfinite, f"_names_{CONTROL}": self.names[CONTROL],
+                     f"_names_{REASON}": self.names[REASON]}
+        exec(compile(source, "<prefill_delayer.conformance.logread>", "exec"), namespace)
+        return namespace["valid"]
+
     def valid(self, before: Any, dec: Any, readings: dict) -> bool:
         """The quick check of a parsed pass: every state, decision and reading of its kind."""
-        ok = self._ok
-        after = dec[0]
-        return (
-            all(ok(k, x) for k, x in zip(self.state_kinds, before))
-            and all(ok(k, x) for k, x in zip(self.state_kinds, after))
-            and all(ok(k, x) for k, x in zip(self.decision_kinds, dec[1:]))
-            and all(_kind_ok(k, readings[key], frozenset()) for (_, key), k in zip(self.readings, self.reading_kinds))
-        )
+        quick = self.__dict__.get("_valid")
+        if quick is None:
+            quick = self.__dict__["_valid"] = self._quick()
+        return bool(quick(before, dec, readings))
 
 
 def _pass_problem(o: dict[str, Any], log: RankLog) -> Optional[str]:

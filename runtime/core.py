@@ -17,7 +17,9 @@ collective every rank took part in (``runtime.envelope``).
 
 from __future__ import annotations
 
+import functools
 import time
+import types
 import weakref
 from typing import Any, Callable, Optional, Sequence
 
@@ -79,19 +81,15 @@ class PolicyCore:
         self._n = env.row_len
         self._f_error, self._f_fingerprint = env.f_error, env.f_fingerprint
         self._problems = env.checks.problems
-        self._defaults = tuple(f.default for f in policy.inputs)
-        self._n_inputs = len(policy.inputs)
         # The compiled row ends with the envelope of a valid row.
         self._step = CompiledStep(c, row_tail=env.tail, row_len=env.row_len)
-        local_at = [policy.input_names.index(name) for name in policy.local_inputs]
-        self._decide = _decider(local_at)
         self._shadow: Optional[DelayerMachine] = DelayerMachine(c, self._step.table) if get_bool_env_var(CROSSCHECK_ENV) else None
         self._pure = Step(c, self._step.table)
         self._state = policy.init
         self._passes = 0
         # Last: the header it writes records the finished configuration.
         self._log: Optional[DecisionLog] = open_decision_log(decision_log, c, gather, registry=registry)
-        self._readings_at = tuple(policy.input_names.index(name) for name, _ in policy.log.readings)
+        self.negotiate = types.MethodType(_compiled_pass(policy.name), self)  # type: ignore[method-assign]
         if self._log is not None:
             weakref.finalize(self, self._log.close)  # flushed when the delayer goes, and at exit
 
@@ -126,64 +124,16 @@ class PolicyCore:
     # ----- one pass ----------------------------------------------------------
 
     def negotiate(self, *args: Any) -> Any:
-        """One pass: gather every rank's row and fire the table's ``negotiate``.
+        """One pass: gather every rank's row and fire the table's ``negotiate``; ``args`` are the policy's inputs.
 
         Returns the policy's decision. A pass left unfinalized by a caller is
         finalized first. Raises ``PeerInputError`` / ``ConfigMismatchError`` on
         every rank alike, ``CollectiveError`` when the gather fails; in every
-        case the state is as before the call.
+        case the state is as before the call. Each core replaces this method by
+        the same pass compiled for its policy's inputs (``_PASS``: named
+        parameters with their defaults, no argument tuple to pack and unpack).
         """
-        if len(args) != self._n_inputs:
-            args = _complete(args, self._defaults, self.policy)
-        step = self._step
-        state = step.finalize(self._state)
-        pass_number = self._passes + 1
-        problems = self._problems(*args)
-        clock_error: Optional[Exception] = None
-        try:
-            now = self._clock()
-        except Exception as err:  # still take part in the gather: the peers must not hang
-            now, clock_error = None, err
-        problem = clock_problem(now, clock_error)
-        if problem is not None:
-            problems = [*problems, (CLOCK, problem)]
-        row = self.envelope.error_row(problems) if problems else step.row(state, now, *args)
-        gather_flat = self._gather_flat
-        try:
-            flat = gather_flat(row) if gather_flat is not None else self._gather(row)
-        except Exception as err:
-            failure = CollectiveError(
-                f"pass {pass_number}: all-gather over {self._group} failed: {type(err).__name__}: {err}",
-                pass_number=pass_number,
-                group=self._group,
-            )
-            if self._log is not None:
-                self._log.failed(pass_number, now, self._inputs_dict(args), None, state, failure)
-            raise failure from err
-        try:
-            if gather_flat is None:
-                flat = ensure_rows(flat, self.envelope, pass_number, self._group)
-            n = self._n
-            if (
-                problems
-                or len(flat) != self._flat_len
-                or flat[self._f_fingerprint::n].count(self._fingerprint) != self._world_size
-                or any(flat[self._f_error::n])
-            ):
-                self.envelope.reject(flat, pass_number, self._group, problems, clock_error)
-        except Exception as failure:
-            if self._log is not None:
-                self._log.failed(pass_number, now, self._inputs_dict(args), flat, state, failure)
-            raise
-        decision = self._decide(self, state, now, args, flat)
-        if self._shadow is not None:
-            self._crosscheck(state, now, args, flat, decision)
-        self._state = decision.next_state
-        self._passes = pass_number
-        log = self._log
-        if log is not None:
-            log.passed(pass_number, now, tuple(args[i] for i in self._readings_at), flat, state, decision)
-        return decision
+        return self.negotiate(*args)  # the instance's compiled pass, bound in __init__
 
     def finalize(self) -> Any:
         """End of pass: fire the table's ``finalize`` (for SGLang's delayer: released -> idle; delaying stays)."""
@@ -212,18 +162,90 @@ class PolicyCore:
             raise AssertionError(f"compiled step gave {decision}, the transitions machine {want} (state {state}, rows {rows})")
 
 
-def _complete(args: tuple, defaults: tuple, policy: Any) -> tuple:
-    """``args`` with the defaults of the inputs left out; a ``TypeError`` as a call would raise it."""
-    n = len(defaults)
-    if len(args) > n or any(d is None for d in defaults[len(args):]):
-        names = ", ".join(policy.input_names)
-        raise TypeError(f"negotiate takes the inputs ({names}): got {len(args)} values")
-    return args + defaults[len(args):]
+# One pass, the hot path, compiled per policy: ``{params}`` are the policy's inputs with their
+# defaults, ``{args}`` the same names, ``{local}`` the inputs the compiled negotiate reads.
+_PASS = """
+def negotiate(self, {params}):
+    step = self._step
+    state = step.finalize(self._state)
+    pass_number = self._passes + 1
+    problems = self._problems({args})
+    clock_error = None
+    try:
+        now = self._clock()
+    except Exception as err:  # still take part in the gather: the peers must not hang
+        now, clock_error = None, err
+    problem = _clock_problem(now, clock_error)
+    if problem is not None:
+        problems = [*problems, (_CLOCK, problem)]
+    row = self.envelope.error_row(problems) if problems else step.row(state, now, {args})
+    gather_flat = self._gather_flat
+    try:
+        flat = gather_flat(row) if gather_flat is not None else self._gather(row)
+    except Exception as err:
+        failure = _CollectiveError(
+            f"pass {{pass_number}}: all-gather over {{self._group}} failed: {{type(err).__name__}}: {{err}}",
+            pass_number=pass_number,
+            group=self._group,
+        )
+        if self._log is not None:
+            self._log.failed(pass_number, now, self._inputs_dict(({args},)), None, state, failure)
+        raise failure from err
+    try:
+        n = self._n
+        if gather_flat is None:
+            if len(flat) != self._world_size or any(len(r) != n for r in flat):
+                _ensure_rows(flat, self.envelope, pass_number, self._group)  # raises, saying what came back
+            flat = [x for r in flat for x in r]
+        if (
+            problems
+            or len(flat) != self._flat_len
+            or flat[self._f_fingerprint::n].count(self._fingerprint) != self._world_size
+            or any(flat[self._f_error::n])
+        ):
+            self.envelope.reject(flat, pass_number, self._group, problems, clock_error)
+    except Exception as failure:
+        if self._log is not None:
+            self._log.failed(pass_number, now, self._inputs_dict(({args},)), flat, state, failure)
+        raise
+    decision = step.negotiate(state, now, {local}flat)
+    if self._shadow is not None:
+        self._crosscheck(state, now, ({args},), flat, decision)
+    self._state = decision.next_state
+    self._passes = pass_number
+    log = self._log
+    if log is not None:
+        log.passed(pass_number, now, ({readings}), flat, state, decision)
+    return decision
+"""
 
 
-def _decider(local_at: list[int]) -> Callable[..., Any]:
-    """``(core, state, now, args, flat) -> Decision``: the core's compiled ``negotiate`` with the local inputs it reads."""
-    picks = "".join(f"args[{i}], " for i in local_at)
-    namespace: dict[str, Any] = {}
-    exec(f"def decide(core, state, now, args, flat):\n    return core._step.negotiate(state, now, {picks}flat)\n", namespace)
-    return namespace["decide"]  # type: ignore[no-any-return]
+_PASS_LOCALS = frozenset({"self", "step", "state", "pass_number", "problems", "clock_error", "now", "err", "problem", "row",
+                          "gather_flat", "flat", "failure", "n", "r", "x", "decision", "log"})
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled_pass(policy_name: str) -> Callable[..., Any]:
+    """The pass of ``_PASS`` for one policy's inputs (names, defaults, local inputs, logged readings)."""
+    from ..spec.registry import policy_named
+
+    policy = policy_named(policy_name)
+    names = list(policy.input_names)  # the callers' keywords: SGLang's argument names, for its delayer
+    clash = set(names) & _PASS_LOCALS
+    if clash:
+        raise ValueError(f"{policy_name}: inputs named {sorted(clash)} would shadow the pass's own variables")
+    params = ", ".join(n if f.default is None else f"{n}={f.default!r}" for n, f in zip(names, policy.inputs))
+    by_name = dict(zip(policy.input_names, names))
+    source = _PASS.format(
+        params=params,
+        args=", ".join(names),
+        local="".join(f"{by_name[n]}, " for n in policy.local_inputs),
+        readings="".join(f"{by_name[n]}, " for n, _ in policy.log.readings),
+    )
+    namespace: dict[str, Any] = {
+        "_clock_problem": clock_problem, "_CLOCK": CLOCK, "_CollectiveError": CollectiveError, "_ensure_rows": ensure_rows,
+    }
+    exec(compile(source, f"<prefill_delayer.runtime.core pass of {policy_name}>", "exec"), namespace)
+    fn: Callable[..., Any] = namespace["negotiate"]
+    fn.__doc__ = PolicyCore.negotiate.__doc__
+    return fn

@@ -114,7 +114,9 @@ class PrefillDelayer:
             gather = default_gather(server_args, cpu_group, device, device_group, c.world_size, Envelope(c).row_len)
         self._core = PolicyCore(c, gather, clock=clock, decision_log=decision_log,
                                 registry=getattr(metrics_collector, "registry", None))
-        self.negotiate = _bind_call(self.host, self._core.negotiate)
+        # The call's arguments are the inputs: the core's own compiled pass, with their names and defaults.
+        self.negotiate = self._core.negotiate if self.host.inputs is None else _bind_call(self.host, self._core.negotiate)
+        self.finalize = self._core.finalize  # type: ignore[method-assign]
 
     # ----- state -------------------------------------------------------------
 
@@ -159,8 +161,8 @@ class PrefillDelayer:
             self._core.set_variable(field, value)
             return
         core = self.__dict__.get("_core")
-        if core is not None and name not in self.__dict__ and name in core.__dict__:
-            setattr(core, name, value)  # the core's own attribute (its state, say), as reads of it are delegated
+        if core is not None and name.startswith("_") and name not in self.__dict__ and name in core.__dict__:
+            setattr(core, name, value)  # the core's own private attribute (its state, say), as reads of it are delegated
             return
         object.__setattr__(self, name, value)
 
@@ -232,4 +234,4 @@ class PrefillDelayerSinglePassExecutor:
             result = self._result = self._prefill_delayer.negotiate(
                 local_prefillable, self._token_usage, running_batch, max_prefill_bs, max_running_requests, waiting_queue_len
             )
-        return bool(result.output_allow)
+        return result.output_allow  # type: ignore[no-any-return]

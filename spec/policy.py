@@ -21,6 +21,7 @@ data over the operator layer (``spec.ops``):
 
 from __future__ import annotations
 
+import functools
 import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -239,26 +240,25 @@ class Policy:
 
     def gathered_view(self, o: Any, c: Any, rows: Sequence[Sequence[Any]]) -> Any:
         """Fold the rows into the view the guards read, one ``Agg`` at a time, in declaration order."""
-        counted = self.counted_rows(c, rows)
-        index = self._row_index
+        counted = rows[:: c.group_size][: c.dp_dim]
         values = []
-        for a in self.view:
-            src = counted if a.over == COUNTED else rows
-            if a.field is None:  # count: validated with the Agg
+        for kind, i, over_all in self._fold_plan:
+            src = rows if over_all else counted
+            if i is None:  # count: validated with the Agg
                 values.append(len(src))
-                continue
-            i = index[a.field]
-            if a.kind == "max":
+            elif kind == "max":
                 values.append(o.MaxOf([r[i] for r in src]))
-            elif a.kind == "sum":
+            elif kind == "sum":
                 values.append(o.SumOf(r[i] for r in src))
             else:  # any: the sum of a 0/1 field is positive
                 values.append(o.SumOf(r[i] for r in src) > 0)
         return self.view_cls(*values)
 
-    @property
-    def _row_index(self) -> dict[str, int]:
-        return {f.name: i for i, f in enumerate(self.row)}
+    @functools.cached_property
+    def _fold_plan(self) -> tuple[tuple[str, Optional[int], bool], ...]:
+        """Each view field's (kind, row index, over all rows), read once from ``view``."""
+        index = {f.name: i for i, f in enumerate(self.row)}
+        return tuple((a.kind, None if a.field is None else index[a.field], a.over == ALL) for a in self.view)
 
     def control_code(self, control: str) -> int:
         """The control state as the integer the proofs encode it by."""
