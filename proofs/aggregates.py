@@ -21,7 +21,7 @@ from typing import Any
 import z3
 
 from ..spec.policy import ALL, PROVED
-from .model import input_domain, sym_input, sym_state, sym_view
+from .model import concrete_count, input_domain, sym_input, sym_state, sym_view
 from .properties import Check, solve
 from .view_induction import check_view_induction
 from .z3ops import Z3Ops
@@ -77,7 +77,7 @@ def check_layout(policy: Any, fam: Any, dp_attn: bool, dp_dim: int, tp: int, tim
         else:
             expected.append(value == z3.Or(*[r[index[a.field]] > 0 for r in src]))
     # (a) the abstract domain the single-step proofs assume, instantiated on this view.
-    assumed = z3.And(*policy.view_domain(o, c, view._replace(n=z3.IntVal(view.n))))
+    assumed = z3.And(*policy.view_domain(o, c, concrete_count(policy, view)))
     status, model, why = solve(dom + o.side + [z3.Not(z3.And(*expected, assumed))], timeout_ms)
     label = f"{'dp-attn' if dp_attn else 'tp-only'} dp={dp_dim} tp={tp}"
     return Check(status, label, model=model, why=why)
@@ -87,7 +87,7 @@ def check_layout_complete(policy: Any, fam: Any, dp_attn: bool, dp_dim: int, tp:
     """(c) every view in the abstract domain is the view of some rows of this layout (the policy's witness)."""
     o = Z3Ops()
     c = layout_config(policy, o, fam, dp_attn, dp_dim, tp)
-    abstract = sym_view(policy, o, c, "_abs")[0]._replace(n=z3.IntVal(dp_dim))
+    abstract = sym_view(policy, o, c, "_abs")[0]._replace(**{policy.count_field: z3.IntVal(dp_dim)})
     adom = policy.view_domain(o, c, abstract)
     rows = []
     for r in range(dp_dim * tp):

@@ -224,3 +224,9 @@ __all__ = [
     "Outcome", "SOLVER_TACTIC", "STUCK", "SymDecision", "SymEnum", "count_domain", "encode_pass", "initial_state",
     "input_domain", "raw", "shared_eq", "sym_input", "sym_state", "sym_view", "with_fields", "TEXT",
 ]
+
+
+def concrete_count(policy: Any, view: Any) -> Any:
+    """``view`` with its count field (``Policy.count_field``) as a Z3 constant: a concrete layout counts in Python ints."""
+    name = policy.count_field
+    return view._replace(**{name: z3.IntVal(getattr(view, name))})

@@ -35,7 +35,7 @@ from typing import Any, Optional, Sequence
 import z3
 
 from ..spec.policy import PROVED, REFUTED
-from .model import input_domain, sym_input, sym_state, sym_view
+from .model import concrete_count, input_domain, sym_input, sym_state, sym_view
 from .properties import Check, solve
 from .z3ops import Z3Ops
 
@@ -207,11 +207,12 @@ def check_view_induction(policy: Any, fam: Any, timeout_ms: int) -> Check:
     # base: one counted row.
     row, rdom = symbolic_row(policy, o, c, "_b")
     one = policy.gathered_view(o, one_group, [row])
-    queries.append(("base, sound", rdom, z3.And(*policy.view_domain(o, c, one._replace(n=z3.IntVal(one.n))))))
+    queries.append(("base, sound", rdom, z3.And(*policy.view_domain(o, c, concrete_count(policy, one)))))
     v1, v1dom = sym_view(policy, o, c, "_b1")
-    v1dom = v1dom + [v1.n == 1]
+    count = policy.count_field
+    v1dom = v1dom + [getattr(v1, count) == 1]
     w1 = policy.gathered_view(o, one_group, [_row_of(policy, o, c, hooks.witness_row(o, c, v1))])
-    queries.append(("base, complete", v1dom, _same(w1._replace(n=z3.IntVal(w1.n)), v1)))
+    queries.append(("base, complete", v1dom, _same(concrete_count(policy, w1), v1)))
     # step: a counted row, and a row that is not counted.
     v, vdom = sym_view(policy, o, c, "_s")
     row, rdom = symbolic_row(policy, o, c, "_s")
@@ -224,7 +225,7 @@ def check_view_induction(policy: Any, fam: Any, timeout_ms: int) -> Check:
     w = _row_of(policy, o, c, hooks.witness_row(o, c, v2))
     less = hooks.split_view(o, v2)
     split = z3.And(*policy.view_domain(o, c, less), _same(merge(policy, less, w, True, folds), v2))
-    queries.append(("counted row, complete", v2dom + [v2.n >= 2], split))
+    queries.append(("counted row, complete", v2dom + [getattr(v2, count) >= 2], split))
     idle = _row_of(policy, o, c, hooks.idle_row(o))
     queries.append(("other row, complete", vdom, _same(merge(policy, v, idle, False, folds), v)))
     for name, assumptions, claim in queries:

@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 
 from ..spec.config import Config
 from ..spec.errors import ConfigError
-from ..spec.registry import policy_of
+from ..spec.registry import DEFAULT_PROFILE, policy_of
 from . import metrics as _metrics
 from .core import CROSSCHECK_ENV, PolicyCore
 from .envelope import Envelope
@@ -58,12 +58,12 @@ class PrefillDelayer:
 
     The seed's signature plus keyword-only extras: ``profile`` (any profile of a
     policy SGLang's call sites drive, or ``sglang-X`` for the release X whose
-    decisions to make bit for bit; default "seed", SGLang 0.5.14-0.5.16, defects
-    included), ``gather`` (a ``gather(row) -> rows`` callable that replaces the
+    decisions to make bit for bit; default ``spec.registry.DEFAULT_PROFILE``,
+    SGLang 0.5.14-0.5.16's delayer, defects included), ``gather`` (a ``gather(row) -> rows`` callable that replaces the
     collective; see ``runtime.inprocess``), ``clock`` (seconds, default
     ``time.perf_counter``; read exactly once per pass) and ``attn_cp_size``
-    (attention context-parallel ranks per DP group, profiles from sglang-0.5.22
-    on) and ``debug_log_enabled`` (SGLang 0.5.18's switch for the debug log
+    (attention context-parallel ranks per DP group, for the profiles whose
+    layout has it) and ``debug_log_enabled`` (SGLang 0.5.18's switch for the debug log
     lines, which also need ``SGLANG_PREFILL_DELAYER_DEBUG_LOG``).
 
     ``decision_log`` turns on the decision log (``runtime.decision_log``): a file
@@ -92,7 +92,7 @@ class PrefillDelayer:
         device: Any = "cpu",
         device_group: Any = None,
         *,
-        profile: str = "seed",
+        profile: str = DEFAULT_PROFILE,
         gather: Optional[GatherFn] = None,
         clock: Optional[Callable[[], float]] = None,
         attn_cp_size: int = 1,
@@ -215,7 +215,7 @@ class PrefillDelayerSinglePassExecutor:
         result = self._result
         delayer = self._prefill_delayer
         if result is None:
-            self.negotiate_should_allow_prefill(**delayer.host.idle)
+            self.negotiate_should_allow_prefill(**delayer.host.idle_call)
             result = self._result
         record_single_pass_result(actual_prefill, result, delayer._metrics_collector, delayer.host,
                                   debug_log_enabled=delayer._debug_log_enabled)

@@ -27,7 +27,7 @@ import warnings
 from datetime import timedelta
 from typing import Optional
 
-from ..spec.registry import all_profiles, policy_of
+from ..spec.registry import DEFAULT_PROFILE, all_profiles, policy_of
 from .delayer import PrefillDelayer, PrefillDelayerSinglePassExecutor
 from .server_args import ServerArgs
 
@@ -68,7 +68,7 @@ def mixed_workload(rank: int, world: int, k: int) -> tuple[bool, float, int, int
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="torchrun --nproc-per-node N -m prefill_delayer.runtime.example")
     parser.add_argument("--passes", type=int, default=8)
-    parser.add_argument("--profile", choices=PROFILES, default="seed")
+    parser.add_argument("--profile", choices=PROFILES, default=DEFAULT_PROFILE)
     parser.add_argument("--max-delay-passes", type=int, default=3)
     parser.add_argument("--timeout-s", type=float, default=30.0, help="collective timeout of the process group")
     parser.add_argument("--workload", choices=("scripted", "mixed"), default="scripted")

@@ -210,6 +210,14 @@ class Policy:
         return tuple(f.name for f in self.row)
 
     @property
+    def count_field(self) -> str:
+        """The view field that counts the counted rows (the DP groups): the proofs' induction runs over it."""
+        counts = [a.name for a in self.view if a.kind == "count"]
+        if len(counts) != 1:
+            raise ValueError(f"policy {self.name}: the view needs exactly one count field, has {counts}")
+        return counts[0]
+
+    @property
     def state_names(self) -> tuple[str, ...]:
         return self.state_cls._fields  # type: ignore[attr-defined, no-any-return]
 
@@ -313,14 +321,14 @@ class HostBinding:
 
     ``inputs`` maps the call's arguments (``local_prefillable, token_usage,
     running_batch, max_prefill_bs, max_running_requests, waiting_queue_len``) to
-    the policy's inputs; ``idle`` are the arguments of a pass that reached no
+    the policy's inputs; ``idle_call`` are the arguments of a pass that reached no
     call site; ``metrics`` reads SGLang's outcome metrics from a decision;
     ``flags`` are state variables SGLang's code sets from outside, by attribute.
     """
 
     call: tuple[Field, ...]
     inputs: Optional[Callable[..., tuple]]  # None: the call's arguments are the inputs, in order
-    idle: Mapping[str, Any]
+    idle_call: Mapping[str, Any]
     metrics: Callable[[Any], tuple]  # decision -> (forward_passes, wait_seconds, input_estimation)
     flags: Mapping[str, str] = field(default_factory=dict)  # attribute -> state field
     settings: Callable[[Any], str] = lambda c: ""  # the settings line the constructor logs, in SGLang's words

@@ -56,7 +56,7 @@ def _debug_line(output: Any, actual_execution: bool) -> Any:
 HOST = HostBinding(
     call=INPUTS,
     inputs=None,  # the call's arguments are the inputs, in order
-    idle={"local_prefillable": False},  # a pass that reached no call site: the executor's finalize, all counts 0
+    idle_call={"local_prefillable": False},  # a pass that reached no call site: the executor's finalize, all counts 0
     metrics=_metrics,
     flags={"skip_first_delayer": "skip_first_armed"},  # SGLang's tests and callers set the one-shot skip
     settings=_settings,
