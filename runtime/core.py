@@ -93,6 +93,17 @@ class PolicyCore:
         if self._log is not None:
             weakref.finalize(self, self._log.close)  # flushed when the delayer goes, and at exit
 
+    @classmethod
+    def over_group(cls, config: Any, group: Any = None, *, device: Any = "cpu", **kwargs: Any) -> "PolicyCore":
+        """A core whose rows are all-gathered over a ``torch.distributed`` group (``None``: the default group).
+
+        The gather (``runtime.gather.TorchGather``) is sized from the
+        configuration, so a caller of any policy needs nothing but the group.
+        """
+        from .gather import TorchGather
+
+        return cls(config, TorchGather(group, device, config.world_size, Envelope(config).row_len), **kwargs)
+
     # ----- state -------------------------------------------------------------
 
     @property
