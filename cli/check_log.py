@@ -1,7 +1,8 @@
 """``prefill-delayer check-log PATH...``: exit 0 clean, 1 violations found, 2 unusable input.
 
-Options are checked before any log is read; the JSON report is written whole
-or not at all. The checks themselves are ``conformance.check_logs``.
+Options are checked before any log is read (no output may be one of the logs);
+the report, the plot and the traces are written together at the end, or none
+of them. The checks themselves are ``conformance.check_logs``.
 """
 
 from __future__ import annotations
@@ -9,11 +10,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any, Optional
 
-from ..files import out_dir_problem, out_file_problem, write_atomically
+from ..files import Outputs
 
+# What conformance.plot's writer (matplotlib's savefig) writes; each is tested.
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
 
@@ -21,7 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", metavar="PATH", help="decision log files or folders; several ranks' logs together")
     parser.add_argument("--json", metavar="FILE", help="write the machine-readable report here")
     parser.add_argument("--traces", metavar="DIR", help="write each flagged window as a trace `prefill-delayer replay` reproduces")
-    parser.add_argument("--plot", metavar="FILE.png", help="draw a per-rank timeline of decisions and the delay-run histogram (needs matplotlib)")
+    parser.add_argument("--plot", metavar="FILE.png", help="draw a per-rank timeline of decisions and the delay-run histogram "
+                        f"({', '.join(PLOT_SUFFIXES)}; needs matplotlib)")
     parser.add_argument(
         "--own-profile",
         action="store_true",
@@ -31,18 +33,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def outputs(args: Any) -> Outputs:
+    """The outputs, and the inputs they must not be: the paths given and every log file read from a folder."""
+    from ..conformance.logread import expand
+
+    inputs = [*args.paths, *expand(args.paths)]
+    return (Outputs(inputs).file("--json", args.json).folder("--traces", args.traces)
+            .file("--plot", args.plot, suffixes=PLOT_SUFFIXES))
+
+
 def options_problem(args: Any) -> Optional[str]:
-    """The first bad option, before any work starts."""
-    problem = out_file_problem("--json", args.json) or out_dir_problem("--traces", args.traces) or out_file_problem("--plot", args.plot)
-    if problem:
-        return problem
-    if args.plot:
-        if Path(args.plot).suffix.lower() not in PLOT_SUFFIXES:
-            return f"--plot {args.plot}: expected a file name ending in {', '.join(PLOT_SUFFIXES)}"
+    """The first bad option (or unreadable input path), before any work starts."""
+    from ..conformance.logread import LogError
+
+    try:
+        problem = outputs(args).problem()
+    except LogError as exc:
+        return str(exc)
+    if problem is None and args.plot is not None:
         from ..conformance.plot import matplotlib_problem
 
         return matplotlib_problem()
-    return None
+    return problem
+
+
+def _nothing_to_check(data: dict[str, Any]) -> Optional[str]:
+    """Logs that hold no pass at all (a header, maybe failed passes): nothing was checked, so nothing is clean."""
+    ranks = [r for s in data["sessions"] for r in s["ranks"]]
+    if any(r["passes"] for r in ranks):
+        return None
+    files = [f for r in ranks for f in r["files"]]
+    failed = sum(sum(r["failed"].values()) for r in ranks)
+    held = f"{failed} failed pass(es) and no pass" if failed else "a header and no pass"
+    return f"nothing to check: {', '.join(files)} hold(s) {held} (the delayer ran no pass while it logged)"
 
 
 def main(args: Any) -> int:
@@ -50,18 +73,29 @@ def main(args: Any) -> int:
     from ..conformance.logread import LogError
     from ..conformance.summary import text
 
-    try:
-        report, data, written = check_logs(args.paths, own_profile=args.own_profile, traces=args.traces)
-    except LogError as exc:
-        print(f"prefill-delayer check-log: {exc}", file=sys.stderr)
-        return 2
-    if args.plot:
-        from ..conformance.plot import plot
+    plan = outputs(args)
+    with plan.writing() as out:
+        write = None
+        if args.traces is not None:
+            def write(path: Any, content: str) -> str:
+                return out.write_in("--traces", path.name, content)
+        try:
+            report, data, written = check_logs(args.paths, own_profile=args.own_profile, traces=args.traces, write=write)
+        except LogError as exc:
+            problem: Optional[str] = str(exc)
+        else:
+            problem = _nothing_to_check(data)
+        if problem is not None:
+            out.discard()  # nothing of a check that did not happen
+            print(f"prefill-delayer check-log: {problem}", file=sys.stderr)
+            return 2
+        if args.plot is not None:
+            from ..conformance.plot import plot
 
-        plot(report, args.plot)
-    if args.json:
-        write_atomically(args.json, json.dumps(data, indent=1) + "\n")
+            plot(report, out.path("--plot"))
+        if args.json is not None:
+            out.write("--json", json.dumps(data, indent=1) + "\n")
     print(text(report, data, written))
-    if args.plot:
+    if args.plot is not None:
         print(f"plot: {args.plot}")
     return 1 if report.violations else 0

@@ -10,10 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 from typing import Any, Optional, TextIO
 
-from ..files import out_file_problem
+from ..files import Outputs
 from .config import SimConfig, Variant
 from .cost import SGLANG_35241, CostModel
 from .engine import simulate
@@ -34,6 +33,8 @@ _APPLIES = {
     "trace": ("trace",),
 }
 _WORKLOAD_KEYS = (*_APPLIES, "wave", "wave_prompt_tokens", "wave_output_tokens")
+# sim.plot saves the figure, then re-saves it as a palette PNG (its ``_shrink``): PNG is all it writes.
+PLOT_SUFFIXES = (".png",)
 _REQUIRED = {
     "poisson": ("rate", "prompt_tokens", "output_tokens"),
     "bursty": ("rate", "burst", "prompt_tokens", "output_tokens"),
@@ -55,9 +56,13 @@ def build(args: argparse.Namespace) -> tuple[SimConfig, list[Variant], Workload,
         for key in _WORKLOAD_KEYS:
             if key not in given:
                 s[key] = None
-    for problem in (out_file_problem("--json", s["json"]), out_file_problem("--plot", s["plot"])):
-        if problem:
-            raise SimInputError(problem)
+    problem = outputs(s).problem()
+    if problem:
+        raise SimInputError(problem)
+    if s["plot"] is not None:
+        from .plot import _pyplot
+
+        _pyplot()  # matplotlib is there, before the run rather than after it
     if "duration" in given and "passes" not in given:
         s["passes"] = sys.maxsize  # --duration alone: the run ends at that simulated time, not at 10,000 passes
     config = _config(s)
@@ -65,6 +70,11 @@ def build(args: argparse.Namespace) -> tuple[SimConfig, list[Variant], Workload,
     tracker = s["tracker"]
     variants = [Variant.of(name, tracker) for name in dict.fromkeys(s["profile"])]
     return config, variants, workload, s
+
+
+def outputs(s: dict[str, Any]) -> Outputs:
+    """``--json`` and ``--plot``; neither may be the ``--trace`` the run reads."""
+    return Outputs([s["trace"]] if s["trace"] else []).file("--json", s["json"]).file("--plot", s["plot"], suffixes=PLOT_SUFFIXES)
 
 
 def _config(s: dict[str, Any]) -> SimConfig:
@@ -203,13 +213,18 @@ def main(args: argparse.Namespace, stdout: Optional[TextIO] = None, stderr: Opti
         show = stderr.isatty()
     progress = ProgressBar(config, stderr) if show else None
     results = simulate(config, variants, workload, progress)
-    stdout.write(report(results) + "\n")
-    if s["json"]:
-        _write(s["json"], to_json(results, s["scenario"]) + "\n")
-    if s["plot"]:
-        from .plot import plot
+    with outputs(s).writing() as out:  # both files or neither
+        if s["plot"] is not None:
+            from .plot import plot
 
-        plot(results, s["plot"], title=plot_title(s, given))
+            staged = out.path("--plot")
+            try:
+                plot(results, staged, title=plot_title(s, given))
+            except SimInputError as exc:
+                raise SimInputError(str(exc).replace(staged, s["plot"])) from None
+        if s["json"] is not None:
+            out.write("--json", to_json(results, s["scenario"]) + "\n")
+    stdout.write(report(results) + "\n")
     return 0
 
 
@@ -221,15 +236,6 @@ def plot_title(s: dict[str, Any], given: set[str]) -> str:
     if base and changed:
         return f"{base} ({changed})"
     return base or changed
-
-
-def _write(path: str, text: str) -> None:
-    try:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-    except OSError as exc:
-        raise SimInputError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def run(args: argparse.Namespace) -> int:
