@@ -64,8 +64,9 @@ def _nothing_to_check(data: dict[str, Any]) -> Optional[str]:
         return None
     files = [f for r in ranks for f in r["files"]]
     failed = sum(sum(r["failed"].values()) for r in ranks)
-    held = f"{failed} failed pass(es) and no pass" if failed else "a header and no pass"
-    return f"nothing to check: {', '.join(files)} hold(s) {held} (the delayer ran no pass while it logged)"
+    heads = "a header" if len(files) == 1 else "headers"
+    held = f"{heads} and {failed} failed pass{'es' * (failed != 1)}" if failed else heads
+    return f"nothing to check: no pass is logged in {', '.join(files)}, only {held} (the delayer ran no pass while it logged)"
 
 
 def main(args: Any) -> int:
