@@ -158,6 +158,12 @@ class PolicyCore:
         self._state = after
         return after
 
+    def _gather_again(self, row: list[int]) -> Sequence[int]:
+        """One more row through this pass's gather (a rejected pass's detail: ``runtime.failure_detail``)."""
+        if self._gather_flat is not None:
+            return self._gather_flat(row)
+        return [x for r in self._gather(row) for x in r]
+
     def _inputs_dict(self, args: Sequence[Any]) -> dict[str, Any]:
         return dict(zip(self.policy.input_names, args))
 
@@ -214,7 +220,7 @@ def negotiate(self, {params}):
             or flat[self._f_fingerprint::n].count(self._fingerprint) != self._world_size
             or any(flat[self._f_error::n])
         ):
-            self.envelope.reject(flat, pass_number, self._group, problems, clock_error)
+            self.envelope.reject(flat, pass_number, self._group, problems, clock_error, self._gather_again)
     except Exception as failure:
         if self._log is not None:
             self._log.failed(pass_number, now, self._inputs_dict(({args},)), flat, state, failure)
