@@ -67,6 +67,23 @@ def resolve_profile(name: Any) -> str:
     raise ConfigError(f"unknown profile {name!r}: expected one of {known}, or a release: {releases}")
 
 
+def host_profiles() -> tuple[str, ...]:
+    """The canonical profiles SGLang's delayer API (``PrefillDelayer`` and its executor) can run: a ``HostBinding``'s."""
+    return tuple(p for pol in policies() if pol.host is not None for p in pol.profile_names)
+
+
+def resolve_host_profile(name: Any) -> str:
+    """``resolve_profile`` for what SGLang's delayer API runs; ``ConfigError`` naming exactly those names otherwise."""
+    profile = resolve_profile(name) if known_profile(name) else None
+    if profile is not None and _by_profile()[profile].host is not None:
+        return profile
+    hosts = host_profiles()
+    releases = ", ".join(a for pol in policies() if pol.host is not None for a in pol.release_aliases)
+    why = (f"profile {name!r} is of policy {_by_profile()[profile].name}, which SGLang's PrefillDelayer does not run"
+           if profile is not None else f"unknown profile {name!r}")
+    raise ConfigError(f"{why}: expected one of {', '.join(hosts)}, or a release: {releases}")
+
+
 def policy_of(profile: Any) -> Policy:
     """The policy ``profile`` (a profile or release name; None: the default) belongs to."""
     return _by_profile()[resolve_profile(DEFAULT_PROFILE if profile is None else profile)]
