@@ -84,7 +84,8 @@ class _Version(argparse.Action):
             ours = version("prefill-delayer")
         except PackageNotFoundError:
             ours = "(not installed)"
-        parser.exit(0, f"prefill-delayer {ours}, spec {spec_hash()}\n")
+        sys.stdout.write(f"prefill-delayer {ours}, spec {spec_hash()}\n")
+        parser.exit(0)
 
 
 def _module(cmd: Subcommand) -> Any:
