@@ -20,6 +20,10 @@ def _outputs(folder: Optional[str]) -> Outputs:
 
 
 def options_problem(args: Any) -> Optional[str]:
+    """``--out`` is written to, except with ``--check``: then it is read, and need only be a folder."""
+    if getattr(args, "check", False):
+        out = args.out
+        return f"--out {out} is a file; expected a folder" if out is not None and Path(out).exists() and not Path(out).is_dir() else None
     return _outputs(args.out).problem()
 
 

@@ -468,3 +468,12 @@ def test_an_interrupt_while_staging_leaves_nothing(tmp_path: Path) -> None:
             out.write_in("--traces", "a.json", "{}")
             raise KeyboardInterrupt
     assert tree(tmp_path) == []
+
+
+def test_simulate_without_matplotlib_says_so_before_the_run(no_work: None, monkeypatch: pytest.MonkeyPatch,
+                                                            tmp_path: Path) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    refused([*SIM, "--plot", str(tmp_path / "s.png")], "--plot needs matplotlib", "prefill-delayer[plot]")
+    assert tree(tmp_path) == []
