@@ -519,7 +519,7 @@ POLICY = Policy(
         outputs=("output_reason", "output_allow"),
         families=families,
         scope_ranges=scope_ranges,
-        layout_range="any number of DP groups, any attn_cp x attn_tp ranks per group",
+        layout_range="any number of DP groups, any attn_cp x attn_tp ranks per group, DP attention on and off",
         default_scope=Scope(),
         scope_of=lambda dp_size=None, **_: Scope(dp_size),
         scope_options=(),
