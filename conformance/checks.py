@@ -25,6 +25,7 @@ passes every compared rank logged.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
@@ -403,6 +404,19 @@ def _show_key(policy: Any, key: tuple) -> str:
     return f"{decided} -> " + "/".join(f"{n}={v}" if isinstance(v, bool) else str(v) for n, v in zip(policy.shared, key[k:]))
 
 
+@functools.lru_cache(maxsize=64)
+def _envelope(c: Any) -> Envelope:
+    return Envelope(c)
+
+
+def _local_args(policy: Any, env: Envelope, log: RankLog, rec: PassRec) -> tuple:
+    """The rank's local inputs on this pass (``Policy.local_inputs``), rebuilt from its own row and readings."""
+    gr = log.group_rank
+    own = rec.rows[gr * env.row_len:gr * env.row_len + env.n_policy] if gr is not None else [0] * env.n_policy
+    inp = policy.log.inputs_from_row(own, rec.readings)
+    return tuple(getattr(inp, name) for name in policy.local_inputs)
+
+
 def _compare(report: Report, s: Session, number: int, present: list[tuple[int, PassRec]],
              split: Optional[tuple[int, str]]) -> tuple[bool, Optional[tuple[int, str]]]:
     """One pass across the ranks that logged it: equal rows, equal decisions. Returns (agree, split).
@@ -426,8 +440,9 @@ def _compare(report: Report, s: Session, number: int, present: list[tuple[int, P
     same_state = all(shared_state(r, policy) == shared_state(first, policy) for _, r in present)
     if all(k == keys[0] for k in keys):
         return True, (None if same_state else split)
-    local_keys = [key for name, key in policy.log.readings if name in policy.local_inputs]
-    equal_args = all(all(r.readings[key] == first.readings[key] for key in local_keys) for _, r in present)
+    env = _envelope(s.config)
+    local_args = [_local_args(policy, env, logs[i], r) for i, r in present]
+    equal_args = all(a == local_args[0] for a in local_args)
     agreements = [inv for inv in policy.invariants if isinstance(inv.check, Agreement)]
     chosen = next((inv for inv in agreements if inv.check.equal_args == equal_args), agreements[0] if agreements else None)
     prop = chosen.id if chosen is not None else "agreement"
