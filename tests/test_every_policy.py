@@ -18,6 +18,7 @@ strategies below do not know fails here, by name.
 
 from __future__ import annotations
 
+import random
 import tempfile
 from typing import Any
 
@@ -41,13 +42,14 @@ PROFILES = [(pol.name, p) for pol in policies() for p in pol.profile_names]
 LAYOUT = {p.name for p in layout_params()} | {"profile"}
 # Values tried for each parameter: those its check accepts (small ones, so that bounds are reached).
 CANDIDATES = (None, 0, 1, 2, 3, 5, 0.0, 0.1, 0.5, 1.0, 2.0, 3.0, 1000.0, 5000.0)
-INPUTS = {
-    BOOL: st.booleans(),
-    COUNT: st.sampled_from([0, 0, 1, 2, 3, 4, 8, 16]),
-    USAGE: st.sampled_from([0.0, 0.5, 0.8, 0.9, 1.0]),
-    SECONDS: st.sampled_from([0.0, 1.0, 2.0]),
-    OPT_SECONDS: st.sampled_from([None, 0.0, 1.0]),
+VALUES: dict[str, list[Any]] = {
+    BOOL: [False, True],
+    COUNT: [0, 0, 1, 2, 3, 4, 8, 16],
+    USAGE: [0.0, 0.5, 0.8, 0.9, 1.0],
+    SECONDS: [0.0, 1.0, 2.0],
+    OPT_SECONDS: [None, 0.0, 1.0],
 }
+INPUTS = {kind: st.sampled_from(values) for kind, values in VALUES.items()}
 STEPS_S = st.sampled_from([0.0, 0.001, 0.5, 1.0, 3.0])
 
 
@@ -131,3 +133,61 @@ def test_random_runs_keep_what_the_catalogue_proves(policy_name: str, profile: s
         assert not diverged, diverged
         unexpected = [(f.property, f.message) for f in report.findings if not f.known_defect]
         assert not unexpected, (c, unexpected)
+
+
+# ----- every policy over real gloo ranks -------------------------------------------------------
+
+BAD = {BOOL: "yes", COUNT: -1, USAGE: float("nan"), SECONDS: float("inf"), OPT_SECONDS: float("nan")}
+
+
+def _gloo_scenario(rank: int, world: int, profile: str, runs: list[list[tuple]]) -> dict[str, Any]:
+    """One group: a run of passes, a pass with one bad input on rank 1, then a rank built with other parameters."""
+    from prefill_delayer.runtime.errors import ConfigMismatchError, PeerInputError
+    from prefill_delayer.spec.registry import policy_of
+
+    policy = policy_of(profile)
+    c = policy.config_cls(profile=profile, dp_size=world, enable_dp_attention=True)
+    core = PolicyCore.over_group(c, clock=lambda: 0.0, decision_log=False)
+    out: dict[str, Any] = {"decisions": []}
+    for per_rank in runs:
+        out["decisions"].append(expect_of(policy, core.negotiate(*per_rank[rank])))
+        core.finalize()
+    before = core.state
+    args = list(runs[-1][rank])
+    if rank == 1:
+        args[0] = BAD[policy.inputs[0].kind]
+    try:
+        core.negotiate(*args)
+    except PeerInputError as err:
+        out["bad_input"] = (type(err).__name__, policy.inputs[0].name in str(err), core.state == before)
+    numeric = next(p for p in policy.params if p.name not in LAYOUT and isinstance(p.default, int) and p.check(p.default + 1))
+    other = policy.config_cls(profile=profile, dp_size=world, enable_dp_attention=True,
+                              **{numeric.name: numeric.default + rank})
+    try:
+        PolicyCore.over_group(other, clock=lambda: 0.0, decision_log=False).negotiate(*runs[0][rank])
+    except ConfigMismatchError as err:
+        out["mismatch"] = type(err).__name__
+    return out
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("policy_name", [pol.name for pol in policies()])
+def test_every_policy_over_gloo_fails_a_bad_pass_on_every_rank(policy_name: str) -> None:
+    """Two gloo ranks per policy: the decisions are the in-process ones; a bad input on one rank and a rank with
+    other parameters fail the pass on every rank alike, the state left as it was."""
+    from runtime_harness import spawn_gloo
+
+    policy = _policy(policy_name)
+    profile = policy.default_profile
+    rng = random.Random(policy_name)
+    runs = [[tuple(rng.choice(VALUES[f.kind]) for f in policy.inputs) for _ in range(2)] for _ in range(6)]
+    out = spawn_gloo(2, _gloo_scenario, profile, runs)
+    assert all(status == "ok" for status, _ in out.values()), out
+    results = [out[r][1] for r in range(2)]
+    c = policy.config_cls(profile=profile, dp_size=2, enable_dp_attention=True)
+    with tempfile.TemporaryDirectory() as folder:
+        assert [results[0]["decisions"], results[1]["decisions"]] == [[p[r] for p in _run(c, runs, [[0.0, 0.0]] * 6,
+                                                                                            folder)] for r in range(2)]
+    for r in results:
+        assert r["bad_input"] == ("PeerInputError", True, True)
+        assert r["mismatch"] == "ConfigMismatchError"
