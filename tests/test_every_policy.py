@@ -119,7 +119,10 @@ def test_random_runs_keep_what_the_catalogue_proves(policy_name: str, profile: s
     with tempfile.TemporaryDirectory() as folder:
         expects = _run(c, inputs, clocks, folder)
         equal_inputs = all(len(set(per_rank)) == 1 for per_rank in inputs)
-        trace = {"profile": profile, "config": {k: v for k, v in c.as_dict().items() if k != "profile"}}
+        names = [f.trace_name for f in policy.trace.inputs]
+        passes = [{"ranks": [dict(zip(names, x), now_s=t) for x, t in zip(per_rank, times)], "expect": e}
+                  for per_rank, times, e in zip(inputs, clocks, expects)]
+        trace = {"profile": profile, "config": {k: v for k, v in c.as_dict().items() if k != "profile"}, "passes": passes}
         decisions = decisions_of(policy, expects)
         for prop in replayable(policy):
             inv = policy.invariant(prop)

@@ -586,6 +586,7 @@ POLICY = Policy(
         bmc_config=bmc_config,
         bmc_search={
             "agreement": (lambda f: f.enable_dp_attention, None),
+            "must-fire": (lambda f: f.enable_dp_attention, None),
         },
     ),
     host=None,  # SGLang's call sites do not run it; vLLM's scheduler would pass the three inputs (README)
