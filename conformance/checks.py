@@ -25,6 +25,7 @@ passes every compared rank logged.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
@@ -414,9 +415,29 @@ def _show_key(policy: Any, key: tuple) -> str:
     return f"{decided} -> " + "/".join(f"{n}={v}" if isinstance(v, bool) else str(v) for n, v in zip(policy.shared, key[k:]))
 
 
+@functools.lru_cache(maxsize=64)
+def _envelope(c: Any) -> Envelope:
+    return Envelope(c)
+
+
+def _local_args(policy: Any, env: Envelope, log: RankLog, rec: PassRec) -> tuple:
+    """The rank's local inputs on this pass (``Policy.local_inputs``), rebuilt from its own row and readings."""
+    gr = log.group_rank
+    own = rec.rows[gr * env.row_len:gr * env.row_len + env.n_policy] if gr is not None else [0] * env.n_policy
+    inp = policy.log.inputs_from_row(own, rec.readings)
+    return tuple(getattr(inp, name) for name in policy.local_inputs)
+
+
 def _compare(report: Report, s: Session, number: int, present: list[tuple[int, PassRec]],
-             split_since: Optional[int]) -> tuple[bool, Optional[int]]:
-    """One pass across the ranks that logged it: equal rows, equal decisions. Returns (agree, split_since)."""
+             split: Optional[tuple[int, str]]) -> tuple[bool, Optional[tuple[int, str]]]:
+    """One pass across the ranks that logged it: equal rows, equal decisions. Returns (agree, split).
+
+    ``split`` is where the ranks' states parted, while they stay apart: the pass on
+    which they decided differently from the same state, and the agreement
+    property that pass broke. A later disagreement of ranks whose states differ is
+    that same violation's consequence, and is reported under its property, not
+    judged by the later pass's arguments alone.
+    """
     policy = s.config.policy
     logs = s.logs
     i0, first = present[0]
@@ -429,27 +450,33 @@ def _compare(report: Report, s: Session, number: int, present: list[tuple[int, P
     keys = [_agreement_key(policy, r) for _, r in present]
     same_state = all(shared_state(r, policy) == shared_state(first, policy) for _, r in present)
     if all(k == keys[0] for k in keys):
-        return True, (None if same_state else split_since)
-    if same_state:
-        split_since = None
-    elif split_since is None:
-        split_since = number
-    local_keys = [key for name, key in policy.log.readings if name in policy.local_inputs]
-    equal_args = all(all(r.readings[key] == first.readings[key] for key in local_keys) for _, r in present)
+        return True, (None if same_state else split)
+    env = _envelope(s.config)
+    local_args = [_local_args(policy, env, logs[i], r) for i, r in present]
+    equal_args = all(a == local_args[0] for a in local_args)
     agreements = [inv for inv in policy.invariants if isinstance(inv.check, Agreement)]
     chosen = next((inv for inv in agreements if inv.check.equal_args == equal_args), agreements[0] if agreements else None)
     prop = chosen.id if chosen is not None else "agreement"
+    if same_state or split is None:  # they part here (or parted before this log shows)
+        split = (number, prop)
+    else:
+        prop = split[1]
     groups: dict[tuple, list[int]] = {}
     for (i, _), k in zip(present, keys):
         groups.setdefault(k, []).append(logs[i].rank)
     text = "; ".join(f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}: {_show_key(policy, k)}" for k, rs in groups.items())
-    why = "from the same state and gathered rows" if same_state else f"(their states differ, split since pass {split_since})"
+    if same_state:
+        why = "from the same state and gathered rows"
+    elif split[0] == number:
+        why = "(their states differ, though no earlier pass in the logs shows them deciding apart)"
+    else:
+        why = f"(their states differ since they parted on pass {split[0]})"
     local_names = ", ".join(policy.local_inputs)
     args = "equal arguments, only the clocks differ" if equal_args else f"different {local_names}"
     report.add(Finding(AGREEMENT, prop, s.index, number, [logs[i].rank for i, _ in present],
                        f"pass {number}: ranks decide differently {why}, {args}: {text}",
                        [logs[i].where(r.fi, r.line) for i, r in present], None, _known(s.config.profile, prop, policy)))
-    return False, split_since
+    return False, split
 
 
 def check_session(report: Report, s: Session) -> None:
@@ -469,14 +496,14 @@ def check_session(report: Report, s: Session) -> None:
     runs = [0] * len(groups)
     starts: list[Optional[int]] = [None] * len(groups)
     prev_number = None
-    split_since: Optional[int] = None
+    split: Optional[tuple[int, str]] = None
     for number in numbers:
         present = [(i, m[number]) for i, m in enumerate(maps) if number in m]
         first = present[0][1]
         agree = True
         if len(present) > 1:
             stats["compared"] += 1
-            agree, split_since = _compare(report, s, number, present, split_since)
+            agree, split = _compare(report, s, number, present, split)
         if mixed_of is not None and mixed_of(None, first.decision):
             stats["mixed"] += 1
             stats["mixed_resolved"]["split" if not agree else first.decision.output_reason] += 1
