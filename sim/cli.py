@@ -212,7 +212,12 @@ def main(args: argparse.Namespace, stdout: Optional[TextIO] = None, stderr: Opti
     if show == PROGRESS_AUTO:
         show = stderr.isatty()
     progress = ProgressBar(config, stderr) if show else None
-    results = simulate(config, variants, workload, progress)
+    try:
+        results = simulate(config, variants, workload, progress)
+    except KeyboardInterrupt:
+        if progress is not None:
+            stderr.write("\n")  # end the progress bar's line: the interrupt is said on a line of its own
+        raise
     with outputs(s).writing() as out:  # both files or neither
         if s["plot"] is not None:
             from .plot import plot
