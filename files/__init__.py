@@ -110,8 +110,8 @@ def _try_create_in(base: str) -> Optional[str]:
     return None
 
 
-def _folder_problem(where: str, shown: str) -> Optional[str]:
-    """Why folder ``where`` (which may not exist yet) cannot be created and written in, after its name ``shown``."""
+def _folder_problem(where: str) -> Optional[str]:
+    """Why folder ``where`` (which may not exist yet) cannot be created and written in, to follow its name."""
     base = _nearest_existing(where)
     if not os.path.isdir(base):
         return "is a file" if base == where else f"is inside {base}, which is a file"
@@ -141,9 +141,6 @@ class Outputs:
         if value is not None:
             self._outputs[option] = _Output(option, value, True, None)
         return self
-
-    def __contains__(self, option: str) -> bool:
-        return option in self._outputs
 
     def problem(self) -> Optional[str]:
         """The first output that cannot be written, as one line naming its option; ``None`` when all can."""
@@ -210,7 +207,7 @@ def _file_output_problem(out: _Output) -> Optional[str]:
         except OSError as exc:
             return f"{opt} {value} is not writable ({exc.strerror or exc})"
     parent = os.path.dirname(real)
-    why = _folder_problem(parent, parent)
+    why = _folder_problem(parent)
     return None if why is None else f"{opt} {value}: its folder {os.path.dirname(value) or '.'} {why}"
 
 
@@ -222,7 +219,7 @@ def _folder_output_problem(out: _Output) -> Optional[str]:
     if os.path.exists(real) and not os.path.isdir(real):
         kind = _kind(os.stat(real).st_mode)
         return f"{opt} {value} is {'a file' if kind is None else kind}; expected a folder"
-    why = _folder_problem(real, value)
+    why = _folder_problem(real)
     return None if why is None else f"{opt} {value} {why}; expected a folder"
 
 
@@ -339,10 +336,3 @@ def _sigint_held() -> Iterator[None]:
     finally:
         if can:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-def write_atomically(path: PathLike, data: Union[str, bytes]) -> None:
-    """Write one file whole or not at all, with the rules above (no inputs to compare with)."""
-    outputs = Outputs().file("path", os.fspath(path))
-    with outputs.writing() as out:
-        out.write("path", data)
