@@ -45,14 +45,21 @@ def drive(delayer: PrefillDelayer, clock: Clock, rank: int, passes: int,
 def write_inprocess_logs(folder: Path, world: int = 4, passes: int = 60, profile: str = "hardened",
                          max_delay_passes: int = MAX_DELAY_PASSES, rates: Optional[list[float]] = None,
                          inputs: Callable[[int, int], tuple] = mixed_inputs, skip: Optional[bool] = None,
-                         server_args: Optional[dict[str, Any]] = None) -> list[list[tuple]]:
-    """A ``world``-rank run over the in-process gather, every rank logging into ``folder``."""
+                         server_args: Optional[dict[str, Any]] = None,
+                         log_options: Optional[dict[str, Any]] = None) -> list[list[tuple]]:
+    """A ``world``-rank run over the in-process gather, every rank logging into ``folder``
+    (``log_options``: ``DecisionLogOptions`` fields, e.g. the format)."""
     sa = ServerArgs(**(server_args or SERVER_ARGS))
+    target: Any = folder
+    if log_options is not None:
+        from prefill_delayer.runtime.decision_log import DecisionLogOptions
+
+        target = DecisionLogOptions(folder, folder=True, **log_options)
 
     def rank_main(rank: int, gather: Any) -> list[tuple]:
         clock = Clock(t=0.0, rate=(rates or [1.0] * world)[rank], offset=1000.0 + 3.0 * rank)
         d = PrefillDelayer(world, 1, None, sa, max_delay_passes, WATERMARK, gather=gather, clock=clock,
-                           profile=profile, decision_log=folder)
+                           profile=profile, decision_log=target)
         if skip is not None:
             d.skip_first_delayer = skip
         try:
