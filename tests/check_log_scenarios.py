@@ -84,11 +84,13 @@ def _drop(name: str, passes: set[int]) -> Callable[[Path], None]:
     return edit
 
 
-def _cut(name: str, nbytes: int) -> Callable[[Path], None]:
+def _cut(name: str, keep: int) -> Callable[[Path], None]:
+    """The last line cut to its first ``keep`` bytes (a crash mid-write)."""
     def edit(folder: Path) -> None:
         path = folder / name
         data = path.read_bytes()
-        path.write_bytes(data[: len(data) - nbytes])
+        start = data.rindex(b"\n", 0, len(data) - 1) + 1
+        path.write_bytes(data[: start + keep])
     return edit
 
 
@@ -158,7 +160,7 @@ def scenarios() -> dict[str, Scenario]:
     for name, (pred, change) in edits.items():
         out[f"edited-{name}"] = (clean4, _edit_first("rank0.jsonl", pred, change), ())
     out["edited-gaps"] = (clean4, _drop("rank2.jsonl", {30, 31, 32}), ())
-    out["edited-cut"] = (clean4, _cut("rank2.jsonl", 150), ())
+    out["edited-cut"] = (clean4, _cut("rank2.jsonl", 60), ())
     return out
 
 
