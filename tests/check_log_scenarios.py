@@ -198,7 +198,10 @@ def canonical(data: dict[str, Any], rc: int, root: Path) -> dict[str, Any]:
     })
 
 
-def run_scenario(name: str, root: Path, fmt: Any = None, extra: tuple[str, ...] = ()) -> dict[str, Any]:
+V1 = {"format": 1}
+
+
+def run_scenario(name: str, root: Path, fmt: Any = V1, extra: tuple[str, ...] = ()) -> dict[str, Any]:
     """Write scenario ``name``'s logs under ``root`` (format options ``fmt``), edit them, check them: the canonical report."""
     write, edit, args = scenarios()[name]
     logs = root / "logs"
