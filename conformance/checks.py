@@ -111,7 +111,8 @@ class Report:
     session_stats: dict[int, dict[str, Any]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     timelines: dict[int, Any] = field(default_factory=dict)
-    refired: int = 0  # passes re-fired through the transitions machine  # for --plot: per session and rank, (passes, allow, reason) chunks
+    refired: int = 0  # passes re-fired through the transitions machine
+    cross_counts: Counter = field(default_factory=Counter)  # the findings of checks across ranks, by (category, property)  # for --plot: per session and rank, (passes, allow, reason) chunks
 
     def add(self, f: Finding) -> None:
         key = (f.category, f.property)

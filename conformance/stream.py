@@ -41,6 +41,7 @@ from .checks import (
     _state_differs, build_sessions,
 )
 from .chunks import FileInfo, Segment, offset_of, parse_v1, parse_v2, read_segments, scan_file
+from .arrayops import broadcast
 from .columns import Model, RankCols, run_lengths
 from .logread import LogError, PassRec, RankLog, expand
 
@@ -286,7 +287,7 @@ class ChunkOut:
     task: ChunkTask
     ranks: list[RankOut]
     cross: CrossOut
-    cross_cols: Optional[dict] = None
+    cross_cols: Optional[list] = None  # per rank, with ChunkTask.cross: what a node's digest keeps
 
 
 _CACHE: dict[Any, Any] = {}
@@ -403,8 +404,10 @@ def check_chunk(task: ChunkTask) -> ChunkOut:
         ranks.append(out)
         all_cols.append(cols)
         views.append(view)
-    cross, cross_cols = cross_check(session, model, all_cols, views, keep=task.cross)
-    return ChunkOut(task, ranks, cross, cross_cols)
+    crossed = [cross_cols(model, c, v) for c, v in zip(all_cols, views)]
+    compact = all(log.header.get("format") == 2 and log.header.get("mode") == MODE_COMPACT for log in logs)
+    cross = cross_check(session, model, crossed, compact)
+    return ChunkOut(task, ranks, cross, crossed if task.cross else None)
 
 
 def _check_rank(out: RankOut, s: Session, log: RankLog, cols: RankCols, view: Any, model: Model, machine: Any, step: Any,
@@ -514,7 +517,87 @@ def _codes(columns: list[np.ndarray]) -> list[np.ndarray]:
     return np.split(inv, np.cumsum(lengths)[:-1])
 
 
-def cross_check(s: Session, model: Model, cols: list[RankCols], views: list, keep: bool = False) -> tuple[CrossOut, Optional[dict]]:
+@dataclass
+class CrossCols:
+    """What the comparison across ranks reads of one rank's chunk; a node's digest keeps exactly this."""
+
+    number: np.ndarray
+    digest: np.ndarray
+    keys: dict[str, np.ndarray]  # the decision's ``decision_key`` fields
+    nexts: dict[str, np.ndarray]  # the shared fields of the state after
+    befores: dict[str, np.ndarray]  # the shared fields of the state before
+    readings: dict[str, np.ndarray]  # the local inputs' readings (agreement with equal arguments)
+    reason: np.ndarray
+    mixed: np.ndarray
+    groups: dict[str, np.ndarray]  # each group monitor's counts
+    own: np.ndarray
+    view: Optional[tuple]
+    fi: np.ndarray
+    line: np.ndarray
+
+    def arrays(self, prefix: str) -> dict[str, np.ndarray]:
+        out = {f"{prefix}number": self.number, f"{prefix}digest": self.digest, f"{prefix}reason": self.reason.astype(str),
+               f"{prefix}mixed": self.mixed, f"{prefix}own": self.own, f"{prefix}fi": self.fi, f"{prefix}line": self.line}
+        for part in ("keys", "nexts", "befores", "readings", "groups"):
+            for k, v in getattr(self, part).items():
+                out[f"{prefix}{part}:{k}"] = np.asarray(v) if np.asarray(v).dtype.kind != "U" else np.asarray(v).astype(str)
+        if self.view is not None:
+            for i, v in enumerate(self.view):
+                out[f"{prefix}view:{i}"] = np.asarray(v)
+        return out
+
+    @classmethod
+    def from_arrays(cls, get: Callable[[str], Optional[np.ndarray]], names: list[str], prefix: str) -> "CrossCols":
+        def part(name: str) -> dict[str, np.ndarray]:
+            head = f"{prefix}{name}:"
+            return {n[len(head):]: get(n) for n in names if n.startswith(head)}  # type: ignore[misc]
+
+        views = sorted((int(n.rsplit(":", 1)[1]), n) for n in names if n.startswith(f"{prefix}view:"))
+        return cls(get(f"{prefix}number"), get(f"{prefix}digest"), part("keys"), part("nexts"), part("befores"),  # type: ignore[arg-type]
+                   part("readings"), get(f"{prefix}reason"), get(f"{prefix}mixed"), part("groups"), get(f"{prefix}own"),  # type: ignore[arg-type]
+                   tuple(get(n) for _, n in views) if views else None, get(f"{prefix}fi"), get(f"{prefix}line"))  # type: ignore[arg-type]
+
+    def take(self, mask: np.ndarray) -> "CrossCols":
+        def cut(d: dict) -> dict:
+            return {k: v[mask] for k, v in d.items()}
+
+        return CrossCols(self.number[mask], self.digest[mask], cut(self.keys), cut(self.nexts), cut(self.befores),
+                         cut(self.readings), self.reason[mask], self.mixed[mask], cut(self.groups), self.own[:, mask],
+                         None if self.view is None else tuple(v[mask] if isinstance(v, np.ndarray) else v for v in self.view),
+                         self.fi[mask], self.line[mask])
+
+
+def cross_cols(model: Model, c: RankCols, view: Any) -> CrossCols:
+    p = model.policy
+    n = len(c)
+    counts = model.counts(view, c.decision, n) if n else {}
+    local = {key for name, key in p.log.readings if name in p.local_inputs}
+    logged_view = None
+    if c.view is not None:
+        logged_view = tuple(broadcast(v, n) for v in c.view)
+    return CrossCols(
+        c.number, c.digest, {k: np.asarray(getattr(c.decision, k)) for k in p.decision_key},
+        {k: np.asarray(getattr(c.decision.next_state, k)) for k in p.shared}, {k: np.asarray(getattr(c.before, k)) for k in p.shared},
+        {k: v for k, v in c.readings.items() if k in local}, np.asarray(c.decision.output_reason),
+        counts.get("mixed", np.zeros(n, bool)), {g.id: counts.get(f"group:{g.id}", np.zeros(n, bool)) for g in model.groups},
+        c.own, logged_view, c.fi, c.line)
+
+
+class _Obj:
+    """Named values, as ``checks._compare`` reads a decision and a state."""
+
+    def __init__(self, **kw: Any) -> None:
+        self.__dict__.update(kw)
+
+
+def _lite(model: Model, c: CrossCols, i: int) -> Lite:
+    p = model.policy
+    decision = _Obj(**{k: _py(v[i]) for k, v in c.keys.items()}, next_state=_Obj(**{k: _py(v[i]) for k, v in c.nexts.items()}))
+    return Lite(int(c.number[i]), int(c.digest[i]), decision, _Obj(**{k: _py(v[i]) for k, v in c.befores.items()}),
+                {k: _py(v[i]) for k, v in c.readings.items()}, int(c.fi[i]), int(c.line[i]))
+
+
+def cross_check(s: Session, model: Model, cols: list[CrossCols], compact: bool) -> CrossOut:
     """The ranks compared pass by pass; the rows rebuilt from their own rows where every rank logged the pass."""
     policy = model.policy
     numbers = np.unique(np.concatenate([c.number for c in cols])) if cols else np.zeros(0, np.int64)
@@ -524,9 +607,9 @@ def cross_check(s: Session, model: Model, cols: list[RankCols], views: list, kee
     for r, ix in enumerate(idx):
         present[r, ix] = True
 
-    def matrix(get: Callable[[RankCols], np.ndarray], fill: Any = -1) -> np.ndarray:
+    def matrix(get: Callable[[CrossCols], np.ndarray]) -> np.ndarray:
         codes = _codes([get(c) for c in cols])
-        m = np.full((R, P), fill, dtype=np.int64)
+        m = np.full((R, P), -1, dtype=np.int64)
         for r, (ix, code) in enumerate(zip(idx, codes)):
             m[r, ix] = code
         return m
@@ -536,17 +619,15 @@ def cross_check(s: Session, model: Model, cols: list[RankCols], views: list, kee
     def equal_to_first(m: np.ndarray) -> np.ndarray:
         return ((m == m[first, np.arange(P)]) | ~present).all(axis=0)
 
-    keys = [matrix(lambda c, k=k: getattr(c.decision, k)) for k in policy.decision_key]
-    keys += [matrix(lambda c, k=k: getattr(c.decision.next_state, k)) for k in policy.shared]
-    befores = [matrix(lambda c, k=k: getattr(c.before, k)) for k in policy.shared]
-    digest = matrix(lambda c: c.digest)
     agree = np.ones(P, dtype=bool)
-    for m in keys:
-        agree &= equal_to_first(m)
+    for k in policy.decision_key:
+        agree &= equal_to_first(matrix(lambda c, k=k: c.keys[k]))
+    for k in policy.shared:
+        agree &= equal_to_first(matrix(lambda c, k=k: c.nexts[k]))
     same_state = np.ones(P, dtype=bool)
-    for m in befores:
-        same_state &= equal_to_first(m)
-    rows_same = equal_to_first(digest)
+    for k in policy.shared:
+        same_state &= equal_to_first(matrix(lambda c, k=k: c.befores[k]))
+    rows_same = equal_to_first(matrix(lambda c: c.digest))
     count = present.sum(axis=0)
     multi = count > 1
     out = CrossOut(numbers, multi, same_state, {}, count == s.config.world_size, {}, {})
@@ -557,48 +638,30 @@ def cross_check(s: Session, model: Model, cols: list[RankCols], views: list, kee
     reason = np.empty(P, dtype=object)
     for r, (c, ix) in enumerate(zip(cols, idx)):
         mine = first[ix] == r
-        m = RankOut  # noqa: F841 - readability: the first present rank speaks for the pass
-        mixed_r = model.counts(views[r], c.decision, len(c))["mixed"] if len(c) else np.zeros(0, bool)
-        mixed[ix[mine]] = mixed_r[mine]
-        reason[ix[mine]] = np.asarray(c.decision.output_reason)[mine]
+        mixed[ix[mine]] = c.mixed[mine]
+        reason[ix[mine]] = c.reason[mine]
     out.mixed = int(mixed.sum())
     for p in np.flatnonzero(mixed):
         out.mixed_resolved["split" if not agree_or_single[p] else str(reason[p])] += 1
     for g in model.groups:
         counting = np.zeros((R, P), dtype=bool)
         for r, (c, ix) in enumerate(zip(cols, idx)):
-            if len(c):
-                counting[r, ix] = np.asarray(g.counts(_ao(), s.config, None, c.decision), dtype=bool)
+            counting[r, ix] = c.groups[g.id]
         out.group_any[g.id] = counting.any(axis=0)
         out.group_ranks[g.id] = counting
     for p in np.flatnonzero(multi & (~agree | ~rows_same)):
-        out.interesting[int(p)] = [(r, _lite(model, cols[r], int(np.searchsorted(cols[r].number, numbers[p])), int(digest[r, p])))
+        out.interesting[int(p)] = [(r, _lite(model, cols[r], int(np.searchsorted(cols[r].number, numbers[p]))))
                                    for r in range(R) if present[r, p]]
-    out.findings += _rebuilt_checks(s, model, cols, idx, present, numbers)
-    kept = None
-    if keep:
-        kept = {"numbers": numbers, "present": present}
-    return out, kept
+    if compact:
+        out.findings += _rebuilt_checks(s, model, cols, present, numbers)
+    return out
 
 
-def _ao() -> Any:
-    from .arrayops import AO
-
-    return AO
-
-
-def _lite(model: Model, c: RankCols, i: int, digest: int) -> Lite:
-    local = {key for name, key in model.policy.log.readings if name in model.policy.local_inputs}
-    return Lite(int(c.number[i]), digest, py_decision(c.decision, i), py_state(c.before, i),
-                {k: _py(v[i]) for k, v in c.readings.items() if k in local}, int(c.fi[i]), int(c.line[i]))
-
-
-def _rebuilt_checks(s: Session, model: Model, cols: list[RankCols], idx: list, present: np.ndarray, numbers: np.ndarray) -> list[Finding]:
+def _rebuilt_checks(s: Session, model: Model, cols: list[CrossCols], present: np.ndarray, numbers: np.ndarray) -> list[Finding]:
     """Compact logs of every rank of the gather: the rows rebuilt from the ranks' own rows hash to the digest every rank
     logged, and fold to the view every rank logged."""
     logs = s.logs
-    if (any(log.header.get("format") != 2 or log.header.get("mode") != MODE_COMPACT for log in logs)
-            or len(logs) != s.config.world_size or any(log.group_rank is None for log in logs)):
+    if len(logs) != s.config.world_size or any(log.group_rank is None for log in logs):
         return []
     from ..runtime.envelope import Envelope
 
@@ -613,20 +676,22 @@ def _rebuilt_checks(s: Session, model: Model, cols: list[RankCols], idx: list, p
     for r, (log, c) in enumerate(zip(logs, cols)):
         flat[:, log.group_rank, : env.n_policy] = c.own[:, pos[r]].T
     flat2 = flat.reshape(P, -1)
-    digests = np.array([digest_of_bytes(row.astype("<i8").tobytes()) for row in flat2], dtype=np.int64)
+    data = flat2.astype("<i8").tobytes()
+    size = flat2.shape[1] * 8
+    digests = np.array([digest_of_bytes(data[i * size:(i + 1) * size]) for i in range(P)], dtype=np.int64)
     folded = model.view_of_rows(flat2)
     out: list[Finding] = []
     bad_digest = np.zeros((len(logs), P), dtype=bool)
     bad_view = np.zeros((len(logs), P), dtype=bool)
     for r, c in enumerate(cols):
         bad_digest[r] = c.digest[pos[r]] != digests
-        for got, want in zip(c.view, folded):
-            got_r = got[pos[r]]
-            bad_view[r] |= np.asarray(got_r != want) if isinstance(want, np.ndarray) else (got_r != want)
+        if c.view is not None:
+            for got, want in zip(c.view, folded):
+                bad_view[r] |= np.asarray(got[pos[r]] != want)
     for what, bad, text in (("digest", bad_digest, "logged a digest that is not that of the rows rebuilt from every rank's "
                                                     "own row (it saw other rows than the ranks sent)"),
                             ("view", bad_view, "logged a view that is not the fold of the rows rebuilt from every rank's own row")):
-        for p in np.flatnonzero(bad.any(axis=0))[:50]:
+        for p in np.flatnonzero(bad.any(axis=0)):
             ranks = [logs[r].rank for r in np.flatnonzero(bad[:, p])]
             number = int(numbers[complete[p]])
             out.append(Finding(CONFORMANCE, what, s.index, number, ranks, f"pass {number}: rank{'s' if len(ranks) > 1 else ''} "
@@ -860,6 +925,23 @@ class Stitcher:
 
     # -- across ranks
     def _cross(self, co: CrossOut) -> None:
+        """The cross-rank facts of a chunk into the report; its findings tagged ``scope = "cross"`` (a node's digest leaves
+        them to the merge) and counted in ``report.cross_counts``."""
+        report = self.report
+        add = report.add
+
+        def tagged(f: Finding) -> None:
+            f.scope = "cross"  # type: ignore[attr-defined]
+            report.cross_counts[(f.category, f.property)] += 1
+            add(f)
+
+        report.add = tagged  # type: ignore[method-assign]
+        try:
+            self._cross_facts(co)
+        finally:
+            del report.add
+
+    def _cross_facts(self, co: CrossOut) -> None:
         s, report, stats = self.s, self.report, self.stats
         for f in co.findings:
             report.add(f)
