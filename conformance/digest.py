@@ -141,8 +141,7 @@ class _Digest:
         self.names = set(self.zip.namelist())
 
     def array(self, name: str) -> np.ndarray:
-        with self.zip.open(name) as f:
-            return np.lib.format.read_array(io.BytesIO(f.read()), allow_pickle=False)
+        return np.lib.format.read_array(io.BytesIO(self.zip.read(name)), allow_pickle=False)
 
 
 def _key(rank: dict[str, Any]) -> tuple:

@@ -1037,6 +1037,7 @@ def check_stream(paths: list[str], *, own_profile: bool = False, exact: bool = F
                  jobs: Optional[int] = None, plot: bool = False, progress: Optional[Callable[[str], None]] = None,
                  keep: Optional[Callable[[Session, ChunkOut], None]] = None) -> tuple[Report, list[str], dict]:
     """(report, notes on empty files, timelines for the plot) of every log in ``paths``."""
+    _CACHE.clear()  # models are built from the policy as it is now (a test may have patched a guard or a monitor)
     logs, empty = scan(paths)
     sessions, notes = build_sessions(logs, own_profile)
     report = Report(sessions, notes=list(notes))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -82,7 +83,12 @@ def check_log(*argv: str) -> tuple[int, str, str]:
 
 
 def read_lines(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    """Every line of a log as an object: format 2's pass arrays named as ``pass_dicts`` names them."""
+    raw = [json.loads(line) for line in path.read_text().splitlines()]
+    if not raw or raw[0].get("format") != 2:
+        return raw
+    named = iter(_named(raw[0], [x for x in raw[1:] if isinstance(x, list)]))
+    return [next(named) if isinstance(x, list) else x for x in raw]
 
 
 def edit_line(path: Path, pred: Callable[[dict[str, Any]], bool], change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
@@ -96,3 +102,43 @@ def edit_line(path: Path, pred: Callable[[dict[str, Any]], bool], change: Callab
             path.write_text("".join(lines))
             return obj
     raise AssertionError(f"no line of {path} matches")
+
+
+def pass_dicts(path: Path) -> list[dict[str, Any]]:
+    """A log's pass lines as objects by name, whatever the format: format 1's as written; format 2's arrays named by the
+    header's columns, grouped (``row``, ``view``, ``before``, ``decision``, ``after``), indices and 0/1 decoded."""
+    return [x for x in read_lines(path) if x.get("kind") == "pass"]
+
+
+def _named(header: dict[str, Any], arrays: list[list]) -> list[dict[str, Any]]:
+    from prefill_delayer.spec import Config
+    from prefill_delayer.spec.schema import pass_columns
+
+    policy = Config(**header["config"]).policy
+    kinds = dict(pass_columns(policy))
+    enums = header["enums"]
+    out = []
+    for x in arrays:
+        o: dict[str, Any] = {"kind": "pass"}
+        for name, v in zip(header["columns"], x):
+            kind = kinds.get(name)
+            if kind == "bool":
+                v = bool(v)
+            elif kind == "control":
+                v = enums["control"][v]
+            elif kind == "reason":
+                v = enums["reason"][v]
+            elif name in enums:
+                v = enums[name][v]
+            elif kind == "seconds or none" and v == 0 and math.copysign(1.0, v) < 0:
+                v = None
+            group, _, key = name.partition(".")
+            if key and group in ("row", "view", "before", "decision", "after"):
+                o.setdefault(group, {})[key] = v
+            elif group == "rows":
+                o.setdefault("rows", []).append(v)
+            else:
+                o[name] = v
+        o["row"] = list(o["row"].values())
+        out.append(o)
+    return out
