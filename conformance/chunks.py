@@ -181,6 +181,7 @@ class Segment:
     line: int
     last: bool  # the segment ends the file
     cut: bool = False  # its last line lacks its newline (set when read)
+    data: bytes = b""  # its bytes, when every line is a complete format-2 pass line (set when read)
 
 
 @dataclass
@@ -198,6 +199,10 @@ def read_segments(segs: list[Segment]) -> list[tuple[Segment, list[bytes]]]:
         with open(seg.path, "rb") as f:
             f.seek(seg.start)
             data = f.read(seg.end - seg.start)
+        if data.endswith(b"\n") and data[:1] == b"[" and b"{" not in data:  # format 2, pass lines only: parsed whole
+            seg.data = data
+            out.append((seg, []))
+            continue
         lines = data.split(b"\n")
         if lines and lines[-1] == b"":
             lines.pop()
@@ -300,7 +305,19 @@ def parse_v2(log: RankLog, model: Model, pieces: list[tuple[Segment, list[bytes]
     columns = model.columns
     width = len(columns) + (log.flat_len if full else 0)
     texts, lines_of, fis = [], [], []
+    blobs, line_parts, fi_parts = [], [], []
     for seg, lines in pieces:
+        if seg.data:
+            count = seg.data.count(b"\n")
+            blobs.append(seg.data[:-1].replace(b"\n", b","))
+            line_parts.append(np.arange(seg.line, seg.line + count, dtype=np.int64))
+            fi_parts.append(np.full(count, seg.fi, dtype=np.int64))
+            continue
+        if texts:
+            blobs.append(b",".join(texts))
+            line_parts.append(np.array(lines_of, dtype=np.int64))
+            fi_parts.append(np.array(fis, dtype=np.int64))
+            texts, lines_of, fis = [], [], []
         cut = seg.cut
         for j, raw in enumerate(lines):
             lineno = seg.line + j
@@ -323,22 +340,32 @@ def parse_v2(log: RankLog, model: Model, pieces: list[tuple[Segment, list[bytes]
                 _other_line(raw, log, seg, lineno, extra)
             else:
                 _other_line(raw, log, seg, lineno, extra)
-    n = len(texts)
-    line = np.array(lines_of, dtype=np.int64)
-    fi = np.array(fis, dtype=np.int64)
+    if texts:
+        blobs.append(b",".join(texts))
+        line_parts.append(np.array(lines_of, dtype=np.int64))
+        fi_parts.append(np.array(fis, dtype=np.int64))
+    line = np.concatenate(line_parts) if line_parts else np.zeros(0, np.int64)
+    fi = np.concatenate(fi_parts) if fi_parts else np.zeros(0, np.int64)
+    n = len(line)
     ncols = len(columns)
     rows = None
     try:
-        values = _loads(b"[" + b",".join(texts) + b"]")
+        values = _loads(b"[" + b",".join(b for b in blobs if b) + b"]")
         if full:  # the rows hold fingerprints beyond a float's 53 bits: integers of their own
             rows = np.array([v[ncols:] for v in values], dtype=np.int64).reshape(n, width - ncols)
             values = [v[:ncols] for v in values]
         m = np.array(values, dtype=np.float64).reshape(n, ncols)
     except (ValueError, TypeError, OverflowError):
-        _first_bad_line(texts, line, fi, log, width)
+        every = [x for b in blobs if b for x in _split_lines(b)]
+        _first_bad_line(every, line, fi, log, width)
         raise
     _validate(m, model, log, line, fi)
     return _cols_of_matrix(m, model, line, fi, rows), extra
+
+
+def _split_lines(blob: bytes) -> list[bytes]:
+    """A chunk's joined pass lines back as lines (only to say which one is bad)."""
+    return blob.replace(b"],[", b"]\n[").split(b"\n")
 
 
 def _where(log: RankLog, fi: np.ndarray, line: np.ndarray, i: int) -> str:

@@ -45,7 +45,7 @@ from .arrayops import broadcast
 from .columns import Model, RankCols, run_lengths
 from .logread import LogError, PassRec, RankLog, expand
 
-CHUNK_RECORDS = 1 << 15  # records per chunk (all ranks): a few MB of columns per worker
+CHUNK_RECORDS = 96 * 1024  # records per chunk (all ranks): about 100 MB at most in a worker while it parses
 DEFAULT_SAMPLE = 0.005  # share of passes the default path re-fires through the machine besides those it flags
 MIN_SAMPLE = 2  # passes re-fired per rank and chunk at the least
 
@@ -505,18 +505,6 @@ def _continuity_inside(checker: PassChecker, model: Model, step: Any, cols: Rank
 # ----- across the ranks of a chunk ---------------------------------------------------------------
 
 
-def _codes(columns: list[np.ndarray]) -> list[np.ndarray]:
-    """The same value, the same integer, across ranks' columns (any dtype)."""
-    if not columns:
-        return []
-    lengths = [len(c) for c in columns]
-    both = np.concatenate([np.asarray(c) for c in columns])
-    if both.dtype.kind == "f":
-        both = np.where(np.isnan(both), np.inf, both)
-    inv = np.unique(both, return_inverse=True)[1].reshape(-1)
-    return np.split(inv, np.cumsum(lengths)[:-1])
-
-
 @dataclass
 class CrossCols:
     """What the comparison across ranks reads of one rank's chunk; a node's digest keeps exactly this."""
@@ -608,16 +596,21 @@ def cross_check(s: Session, model: Model, cols: list[CrossCols], compact: bool) 
         present[r, ix] = True
 
     def matrix(get: Callable[[CrossCols], np.ndarray]) -> np.ndarray:
-        codes = _codes([get(c) for c in cols])
-        m = np.full((R, P), -1, dtype=np.int64)
-        for r, (ix, code) in enumerate(zip(idx, codes)):
-            m[r, ix] = code
+        values = [np.asarray(get(c)) for c in cols]
+        dtype = np.result_type(*[v.dtype for v in values]) if values else np.int64
+        m = np.zeros((R, P), dtype=dtype)
+        for r, (ix, v) in enumerate(zip(idx, values)):
+            m[r, ix] = v
         return m
 
     first = np.argmax(present, axis=0) if R else np.zeros(0, np.int64)
 
     def equal_to_first(m: np.ndarray) -> np.ndarray:
-        return ((m == m[first, np.arange(P)]) | ~present).all(axis=0)
+        head = m[first, np.arange(P)]
+        eq = m == head
+        if m.dtype.kind == "f":  # an unset optional clock on both sides
+            eq |= np.isnan(m) & np.isnan(head)
+        return (eq | ~present).all(axis=0)
 
     agree = np.ones(P, dtype=bool)
     for k in policy.decision_key:
