@@ -75,12 +75,11 @@ class DigestWriter:
     def add(self, s: Session, out: ChunkOut) -> None:
         assert out.cross_cols is not None
         j = len(self.chunks.setdefault(s.index, []))
-        names = []
         for r, cc in enumerate(out.cross_cols):
-            for name, a in cc.arrays(f"s{s.index}/c{j}/r{r}/").items():
-                self._array(name, a)
-                names.append(name)
-        self.chunks[s.index].append({"lo": out.task.lo, "hi": out.task.hi, "names": names})
+            buf = io.BytesIO()
+            np.savez_compressed(buf, **cc.arrays(""))
+            self.zip.writestr(zipfile.ZipInfo(f"s{s.index}/c{j}/r{r}.npz"), buf.getvalue(), compress_type=zipfile.ZIP_STORED)
+        self.chunks[s.index].append({"lo": out.task.lo, "hi": out.task.hi})
 
     def close(self, report: Report, data: dict[str, Any]) -> None:
         try:
@@ -231,15 +230,17 @@ def _load(d: _Digest, i: int, r: int, lo: int, hi: int) -> CrossCols:
     for j, c in enumerate(d.meta["sessions"][i]["chunks"]):
         if c["hi"] <= lo or c["lo"] >= hi:
             continue
-        prefix = f"s{i}/c{j}/r{r}/"
-        names = [n for n in c["names"] if n.startswith(prefix)]
-        cc = CrossCols.from_arrays(d.array, names, prefix)
-        parts.append(cc.take((cc.number >= lo) & (cc.number < hi)))
+        parts.append(_chunk(d, i, j, r))
+        parts[-1] = parts[-1].take((parts[-1].number >= lo) & (parts[-1].number < hi))
     if not parts:
-        empty = CrossCols.from_arrays(d.array, [n for n in d.meta["sessions"][i]["chunks"][0]["names"]
-                                                if n.startswith(f"s{i}/c0/r{r}/")], f"s{i}/c0/r{r}/")
+        empty = _chunk(d, i, 0, r)
         return empty.take(np.zeros(len(empty.number), dtype=bool))
     return _concat(parts)
+
+
+def _chunk(d: _Digest, i: int, j: int, r: int) -> CrossCols:
+    npz = np.load(io.BytesIO(d.zip.read(f"s{i}/c{j}/r{r}.npz")), allow_pickle=False)
+    return CrossCols.from_arrays(npz.__getitem__, list(npz.files), "")
 
 
 def _concat(parts: list[CrossCols]) -> CrossCols:
