@@ -42,7 +42,7 @@ from typing import Any, Callable, Optional
 from .runtime import MAX_DELAY_PASSES, SERVER_ARGS, WATERMARK, _inputs
 from ..runtime.delayer import CROSSCHECK_ENV, PrefillDelayer, PrefillDelayerSinglePassExecutor
 from ..runtime.example import mixed_workload
-from ..runtime.inprocess import InProcessGroup, run_ranks
+from ..runtime.inprocess import InProcessGroup
 from ..runtime.server_args import ServerArgs
 
 RUNTIME_TARGET_US = 10.0

@@ -34,10 +34,9 @@ from typing import Any, Callable, Iterator, Optional
 import numpy as np
 
 from ..spec.config import Config
-from ..spec.ops import PY
 from ..spec.schema import MODE_COMPACT, digest_of_bytes
 from .checks import (
-    AGREEMENT, CONFORMANCE, INVARIANT, Finding, LogStats, PassChecker, Report, Session, _apply_sets, _compare, _known,
+    CONFORMANCE, INVARIANT, Finding, LogStats, PassChecker, Report, Session, _apply_sets, _compare, _known,
     _state_differs, build_sessions,
 )
 from .chunks import FileInfo, Segment, offset_of, parse_v1, parse_v2, read_segments, scan_file
@@ -579,7 +578,6 @@ class _Obj:
 
 
 def _lite(model: Model, c: CrossCols, i: int) -> Lite:
-    p = model.policy
     decision = _Obj(**{k: _py(v[i]) for k, v in c.keys.items()}, next_state=_Obj(**{k: _py(v[i]) for k, v in c.nexts.items()}))
     return Lite(int(c.number[i]), int(c.digest[i]), decision, _Obj(**{k: _py(v[i]) for k, v in c.befores.items()}),
                 {k: _py(v[i]) for k, v in c.readings.items()}, int(c.fi[i]), int(c.line[i]))

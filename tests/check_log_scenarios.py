@@ -123,7 +123,9 @@ def _ticks() -> Callable[[], float]:
 
 
 def scenarios() -> dict[str, Scenario]:
-    clean4: Callable[[Path, Any], None] = lambda f, fmt: _logs(f, fmt, world=4, passes=80, profile="hardened")
+    def clean4(f: Path, fmt: Any) -> None:
+        _logs(f, fmt, world=4, passes=80, profile="hardened")
+
     out: dict[str, Scenario] = {}
     for profile in ("seed", "sglang-0.5.17", "sglang-0.5.19", "sglang-0.5.22", "hardened"):
         out[f"every-profile-{profile}"] = (lambda f, fmt, p=profile: _logs(f, fmt, world=2, passes=70, profile=p), None, ())
