@@ -505,7 +505,7 @@ POLICY = Policy(
                       "prefill_decode_interval", "prefill_decode_interval_min_bs", "attn_cp_size")),
     log=LogSchema(
         readings=(("running_batch", "running_batch"), ("extended", "extended")),
-        inputs_from_row=lambda row, r: GateInput(r["running_batch"], r["extended"]),
+        inputs_from_row=lambda o, row, r: GateInput(r["running_batch"], r["extended"]),
     ),
     proof=ProofHooks(
         outputs=("output_reason", "output_allow"),

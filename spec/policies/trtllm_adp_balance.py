@@ -559,7 +559,7 @@ POLICY = Policy(
                       "timeout_iters", "batching_wait_iters", "max_batch_size", "attn_cp_size")),
     log=LogSchema(
         readings=(("num_ctx", "num_ctx"), ("num_gen", "num_gen")),
-        inputs_from_row=lambda row, r: BalanceInput(r["num_ctx"], r["num_gen"]),
+        inputs_from_row=lambda o, row, r: BalanceInput(r["num_ctx"], r["num_gen"]),
     ),
     proof=ProofHooks(
         outputs=("output_reason", "output_allow"),

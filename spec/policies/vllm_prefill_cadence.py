@@ -564,7 +564,7 @@ POLICY = Policy(
                       "prefill_schedule_interval", "dp_sync_interval", "attn_cp_size")),
     log=LogSchema(
         readings=(),
-        inputs_from_row=lambda row, r: CadenceInput(not row[1], bool(row[2]), bool(row[0])),
+        inputs_from_row=lambda o, row, r: CadenceInput(row[1] == 0, o.Not(row[2] == 0), o.Not(row[0] == 0)),
     ),
     proof=ProofHooks(
         outputs=("output_reason", "output_allow"),

@@ -77,7 +77,7 @@ def _bridge(state: Any) -> Any:
 
 LOG = LogSchema(
     readings=(("token_usage", "token_usage"), ("max_running_requests", "mrr")),
-    inputs_from_row=lambda row, r: PassInput(bool(row[0]), r["token_usage"], row[2], row[3], r["mrr"], row[4]),
+    inputs_from_row=lambda o, row, r: PassInput(o.Not(row[0] == 0), r["token_usage"], row[2], row[3], r["mrr"], row[4]),
     set_flags=("skip_first_armed",),
     reason_order=("delay", "no_wait", "wait_success", "wait_timeout", "token_watermark", ""),
     mixed=lambda v, d: d.input_estimation == "mixed",
