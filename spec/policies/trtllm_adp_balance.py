@@ -179,7 +179,7 @@ def local_domain(o: Any, c: Any, st: Any, now: Any, inp: Any) -> list:
 ROW = (
     Field("no_ctx", BOOL, "the rank has no context request (num_ctx == 0)"),
     Field("no_gen", BOOL, "the rank has no generation request (num_gen == 0)"),
-    Field("full", BOOL, "the rank has no free slot (num_gen >= max_batch_size)"),
+    Field("batch_full", BOOL, "the rank has no free slot (num_gen >= max_batch_size)"),
 )
 
 
@@ -198,7 +198,7 @@ VIEW_FOLD = (
     Agg("n", "count", None, doc="counted rows"),
     Agg("no_ctx_any", "any", "no_ctx", COUNTED),
     Agg("no_gen_any", "any", "no_gen", COUNTED),
-    Agg("full_any", "any", "full", COUNTED),
+    Agg("full_any", "any", "batch_full", COUNTED),
 )
 
 
