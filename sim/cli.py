@@ -19,6 +19,7 @@ from .cost import SGLANG_35241, CostModel
 from .engine import simulate
 from .errors import SimInputError
 from .options import PROGRESS_AUTO, SCENARIOS, settings
+from .policy_site import binding_of, check_sets, policy_config
 from .report import report, to_json
 from .trace import load_trace
 from .workload import Burst, Bursty, Lengths, LongPrompt, Mix, Poisson, Workload
@@ -64,6 +65,11 @@ def build(args: argparse.Namespace) -> tuple[SimConfig, list[Variant], Workload,
     workload = _workload(s, given, config)
     tracker = s["tracker"]
     variants = [Variant.of(name, tracker) for name in dict.fromkeys(s["profile"])]
+    check_sets([v.profile for v in variants], config.policy_params)
+    for v in variants:  # every profile can be simulated, with its settings, before any run starts
+        if v.profile is not None:
+            binding_of(v.profile)
+            policy_config(v.profile, config.dp_size, config.delayer_settings(), config.policy_params)
     return config, variants, workload, s
 
 
@@ -94,6 +100,7 @@ def _config(s: dict[str, Any]) -> SimConfig:
         seed=s["seed"],
         cost=cost,
         gather=s["gather"],
+        policy_params=tuple(s["set"]),
     )
 
 
@@ -216,7 +223,11 @@ def main(args: argparse.Namespace, stdout: Optional[TextIO] = None, stderr: Opti
 def plot_title(s: dict[str, Any], given: set[str]) -> str:
     """The scenario and the options that changed it, e.g. ``SGLang #35241 (--drift 3,3,0,2)``."""
     quiet = {"plot", "json", "progress", "profile", "tracker", "gather"}
-    changed = " ".join(f"{_flag(k)}" + ("" if s[k] is True else f" {s[k]}") for k in sorted(given - quiet))
+    changed = " ".join(
+        " ".join(f"--set {name}={value}" for name, value in s[k]) if k == "set"
+        else f"{_flag(k)}" + ("" if s[k] is True else f" {s[k]}")
+        for k in sorted(given - quiet)
+    )
     base = f"SGLang #{s['scenario']}" if s["scenario"] else ""
     if base and changed:
         return f"{base} ({changed})"

@@ -14,6 +14,9 @@ from .errors import SimInputError
 from .trackers import TRACKERS, tracker_for
 
 GATHERS = ("lockstep", "threads")
+# SGLang's --prefill-delayer-* settings (and --prefill-max-requests) the simulated scheduler passes its policy,
+# checked by the default policy's own parameters.
+DELAYER_SETTINGS = ("max_delay_passes", "token_usage_low_watermark", "queue_min_ratio", "max_delay_ms", "prefill_max_requests")
 OFF = "off"  # the variant without a delayer (SGLang without --enable-prefill-delayer)
 
 
@@ -58,6 +61,8 @@ class SimConfig:
     seed: int = 0
     cost: CostModel = field(default=SGLANG_35241)
     gather: str = "lockstep"
+    # Any other parameter of the simulated policy, by the spec's name (``--set NAME=VALUE``).
+    policy_params: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         _int_at_least("dp_size (ranks)", self.dp_size, 1)
@@ -84,16 +89,14 @@ class SimConfig:
             raise SimInputError(f"invalid gather={self.gather!r}: expected one of {', '.join(GATHERS)}")
         if not isinstance(self.cost, CostModel):
             raise SimInputError(f"invalid cost={self.cost!r}: expected a CostModel")
-        for name, param in (
-            ("max_delay_passes", "max_delay_passes"),
-            ("token_usage_low_watermark", "token_usage_low_watermark"),
-            ("queue_min_ratio", "queue_min_ratio"),
-            ("max_delay_ms", "max_delay_ms"),
-            ("prefill_max_requests", "prefill_max_requests"),
-        ):
-            spec = param_named(param)
+        for name in DELAYER_SETTINGS:
+            spec = param_named(name)
             if not spec.check(getattr(self, name)):
                 raise SimInputError(f"invalid {name}={getattr(self, name)!r}: expected {spec.valid}")
+
+    def delayer_settings(self) -> dict[str, Any]:
+        """SGLang's delayer options of this run, by name (a policy takes those it has a parameter of)."""
+        return {name: getattr(self, name) for name in DELAYER_SETTINGS}
 
     def replace(self, **changes: Any) -> "SimConfig":
         return replace(self, **changes)
@@ -116,7 +119,7 @@ class Variant:
     @classmethod
     def of(cls, name: Any, tracker: Optional[str] = None) -> "Variant":
         if name == OFF:
-            chosen = tracker if tracker is not None else tracker_for("hardened")
+            chosen = tracker if tracker is not None else tracker_for(OFF)  # today's scheduler
             if chosen not in TRACKERS:
                 raise SimInputError(f"unknown max_prefill_bs tracker {tracker!r}: expected one of {', '.join(TRACKERS)}")
             return cls(OFF, None, chosen, "option" if tracker is not None else "release")

@@ -1,16 +1,17 @@
-"""The lock-step engine: N ranks, one scheduler pass at a time, each rank's real ``PrefillDelayer``.
+"""The lock-step engine: N ranks, one scheduler pass at a time, each rank's own ``PolicyCore``.
 
 A pass, on every rank at once:
 
 1. requests that have arrived by the pass's start are dispatched round-robin
    over the ranks (SGLang's ``DataParallelController.round_robin_scheduler``);
-2. each rank runs its admission (``rank.RankScheduler.schedule``) up to the
-   point where SGLang calls the delayer;
-3. one collective round: every rank's ``PrefillDelayerSinglePassExecutor``
+2. each rank runs its scheduler (``rank.RankScheduler.schedule``) up to the
+   point where the policy's ``SimBinding`` says it is consulted (SGLang's
+   delayer: the prefill adder's call sites; a gate: before admission);
+3. one collective round: every rank's policy (``policy_site.PolicySite``)
    negotiates, over the in-process gather (``gather``), with the simulated
-   clock;
-4. each rank finishes its admission with its verdict, finalizes the executor
-   and runs its pass; the pass lasts as long as the slowest rank (``cost``);
+   clock; a rank that asked nothing negotiates its idle inputs;
+4. each rank finishes its admission with its verdict, finalizes the pass
+   and runs its forward; the pass lasts as long as the slowest rank (``cost``);
 5. finished requests leave, and closed-loop clients send their next request.
 
 When no rank has anything to do the clock jumps to the next arrival (no pass).
@@ -21,11 +22,11 @@ from __future__ import annotations
 import math
 from typing import Callable, Optional, Sequence
 
-from ..runtime.delayer import PrefillDelayer
-from ..runtime.server_args import ServerArgs
+from ..runtime.core import PolicyCore
 from .config import SimConfig, Variant
 from .errors import SimInputError
 from .gather import make_gather
+from .policy_site import PolicySite, binding_of, policy_config
 from .rank import RankScheduler
 from .result import RunResult
 from .trackers import MaxPrefillBsTracker
@@ -66,34 +67,21 @@ def run_variant(config: SimConfig, variant: Variant, workload: Workload, progres
     dp = config.dp_size
     source = workload.start_source(config.seed)
     source.bind(dp, config.chunked_prefill_size)
-    server_args = ServerArgs(
-        enable_dp_attention=True,
-        prefill_delayer_queue_min_ratio=config.queue_min_ratio,
-        prefill_delayer_max_delay_ms=config.max_delay_ms,
-        prefill_max_requests=config.prefill_max_requests,
-    )
     clock_now = [0.0]
 
-    def clock() -> float:  # the delayers read simulated seconds (the pass's start)
+    def clock() -> float:  # the policies read simulated seconds (the pass's start)
         return clock_now[0]
 
-    gather = make_gather(config.gather, dp) if variant.profile is not None else None
     outcomes = [_Outcome() for _ in range(dp)]
-    ranks = [
-        RankScheduler(
-            r,
-            config,
-            PrefillDelayer(
-                dp, 1, None, server_args, config.max_delay_passes, config.token_usage_low_watermark, outcomes[r],
-                profile=variant.profile, gather=gather.gather_for(r), clock=clock,
-            )
-            if gather is not None
-            else None,
-            MaxPrefillBsTracker(variant.tracker),
-        )
-        for r in range(dp)
-    ]
-    result = RunResult(variant, config, workload)
+    gather = None
+    sites: list[Optional[PolicySite]] = [None] * dp
+    if variant.profile is not None:
+        binding = binding_of(variant.profile)
+        policy_conf = policy_config(variant.profile, dp, config.delayer_settings(), config.policy_params)
+        gather = make_gather(config.gather, dp)
+        sites = [PolicySite(PolicyCore(policy_conf, gather.gather_for(r), clock=clock), binding, outcomes[r]) for r in range(dp)]
+    ranks = [RankScheduler(r, config, sites[r], MaxPrefillBsTracker(variant.tracker)) for r in range(dp)]
+    result = RunResult(variant, config, workload, sites[0].binding if sites[0] is not None else None)
     try:
         _loop(config, ranks, outcomes, gather, source, clock_now, result, progress)
     finally:
@@ -155,7 +143,7 @@ def _loop(config, ranks, outcomes, gather, source, clock_now, result: RunResult,
             if gen is not None:
                 try:
                     gen.send(verdicts[i])
-                    raise AssertionError("a rank asked the delayer twice in one pass")
+                    raise AssertionError("a rank asked its policy twice in one pass")
                 except StopIteration as stop:
                     batches[i] = stop.value
                 r.finish_schedule(batches[i])
@@ -173,6 +161,8 @@ def _loop(config, ranks, outcomes, gather, source, clock_now, result: RunResult,
             finished, tokens, _ = r.end_pass(batches[i], work[i][1], end)
             out_tokens += tokens
             finished_all.extend(finished)
+        if outcomes[0].estimation == "":  # a policy with no estimation of its own: which ranks had prefill work
+            _estimate(ranks, outcomes)
         rec(now, pass_s, ranks, outcomes, batches, work, asks, out_tokens)
         for req in finished_all:
             source.finished(req, end)
@@ -197,6 +187,14 @@ def _call(rank: RankScheduler, ask, verdicts: list, i: int) -> Callable[[], None
         verdicts[i] = executor.negotiate_should_allow_prefill(True, *ask)
 
     return negotiate
+
+
+def _estimate(ranks: Sequence[RankScheduler], outcomes: list[_Outcome]) -> None:
+    """The pass's status from the ranks' prefill work (none, mixed, all), for a policy whose decision has none."""
+    working = sum(r.had_work for r in ranks)
+    estimation = "none" if working == 0 else "all" if working == len(ranks) else "mixed"
+    for o in outcomes:
+        o.estimation = estimation
 
 
 def _no_delayer(asks: list, verdicts: list, outcomes: list[_Outcome]) -> None:

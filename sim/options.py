@@ -12,8 +12,8 @@ from typing import Any
 
 from ..spec.registry import all_profiles, policy_of
 
-# The profiles whose policy the simulated scheduler consults where SGLang consults its delayer.
-SIMULATED = tuple(p for p in all_profiles() if policy_of(p).sim is not None and policy_of(p).sim.call_site == "admission")
+# The profiles whose policy the simulated scheduler can consult (the policy has a ``SimBinding``).
+SIMULATED = tuple(p for p in all_profiles() if policy_of(p).sim is not None)
 
 WORKLOADS = ("poisson", "bursty", "long-prompt", "trace")
 PROGRESS_AUTO = "auto"
@@ -52,6 +52,7 @@ BASE: dict[str, Any] = {
     "cost_prefill_token": None,
     "cost_decode_request": None,
     "gather": "lockstep",
+    "set": [],
     "plot": None,
     "json": None,
     "progress": PROGRESS_AUTO,
@@ -118,6 +119,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d.add_argument("--queue-min-ratio", type=float, metavar="R", default=S, help="queue trigger; default: off")
     d.add_argument("--max-delay-ms", type=float, metavar="MS", default=S, help="queue-wait cap in simulated ms (default 5000)")
     d.add_argument("--prefill-max-requests", type=int, metavar="N", default=S, help="default: unset")
+    d.add_argument("--set", action="append", metavar="NAME=VALUE", type=policy_setting, default=S,
+                   help="any other parameter of the simulated policy, by its name in the spec (repeatable), "
+                   "e.g. --set prefill_decode_interval=4")
     w = p.add_argument_group("workload")
     w.add_argument("--workload", choices=WORKLOADS, default=S, help="arrivals: poisson, bursty, long-prompt (closed loop) or trace (replay --trace)")
     w.add_argument("--rate", type=float, metavar="R", default=S, help="requests per second (poisson, bursty)")
@@ -144,6 +148,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--json", metavar="PATH", default=S, help="write the results as JSON")
     r.add_argument("--progress", dest="progress", action="store_const", const=True, default=S, help="show a progress bar on stderr (default: only when stderr is a terminal)")
     r.add_argument("--no-progress", dest="progress", action="store_const", const=False, default=S, help="never show the progress bar")
+
+
+def policy_setting(text: str) -> tuple[str, Any]:
+    """``NAME=VALUE``: an integer, a number, true/false, none, or else text (the policy's configuration checks it)."""
+    name, sep, raw = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    value: Any = raw.strip()
+    low = value.lower()
+    if low in ("true", "false"):
+        value = low == "true"
+    elif low == "none":
+        value = None
+    else:
+        for kind in (int, float):
+            try:
+                value = kind(value)
+                break
+            except ValueError:
+                pass
+    return name.strip(), value
 
 
 def settings(args: argparse.Namespace) -> tuple[dict[str, Any], set[str]]:

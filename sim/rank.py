@@ -40,8 +40,8 @@ import heapq
 from collections import deque
 from typing import Generator, Optional
 
-from ..runtime.delayer import PrefillDelayer, PrefillDelayerSinglePassExecutor
 from .config import SimConfig
+from .policy_site import Facts, PolicySite
 from .trackers import MaxPrefillBsTracker, attempted_prefill_bs
 from .workload import Request
 
@@ -54,7 +54,7 @@ Batch = list[tuple[Request, int]]  # (request, tokens prefilled this pass)
 class RankScheduler:
     """A DP rank: waiting queue, running batch, at most one chunked request, a KV pool, its delayer."""
 
-    def __init__(self, rank: int, config: SimConfig, delayer: Optional[PrefillDelayer], tracker: MaxPrefillBsTracker) -> None:
+    def __init__(self, rank: int, config: SimConfig, delayer: Optional[PolicySite], tracker: MaxPrefillBsTracker) -> None:
         self.rank = rank
         self.delayer = delayer
         self.tracker = tracker
@@ -73,7 +73,9 @@ class RankScheduler:
         self.kv_used = 0  # KV tokens held: prefilled prompt + generated tokens
         self.peak_kv = 0
         # The pass in progress.
-        self.executor: Optional[PrefillDelayerSinglePassExecutor] = None
+        self.executor: Optional[PolicySite] = None
+        self.extended = False  # the previous pass ran a prefill batch
+        self.had_work = False  # this pass started with a waiting request or a chunk in progress
         self.negotiated: Optional[NegotiateArgs] = None
         self.negotiated_for_chunk = False  # the call site was add_chunked_req (the verdict is ignored)
         self.new_admissions = 0  # requests admitted from the waiting queue this pass
@@ -102,18 +104,35 @@ class RankScheduler:
         as prefillable (send the verdict back), returns the prefill batch (None: no prefill this pass)."""
         self.tracker.start_pass()
         usage = self.kv_used / self._capacity
-        # No delayer (``--enable-prefill-delayer`` off): the call sites are still reached and
-        # yield, and the engine answers "allow" without a collective.
-        self.executor = PrefillDelayerSinglePassExecutor(self.delayer, token_usage=usage) if self.delayer is not None else None
+        waiting, chunked = self.waiting, self.chunked
+        self.had_work = bool(waiting) or chunked is not None
         self.negotiated = None
         self.negotiated_for_chunk = False
         self.new_admissions = 0
         self.running_at_start = len(self._running)
-        self.queue_at_start = len(self.waiting)
+        self.queue_at_start = len(waiting)
         self.usage_at_start = usage
-        return (yield from self._admit())
+        # No policy (``off``): the call sites are still reached and yield, and the
+        # engine answers "allow" without a collective.
+        site = self.delayer
+        if site is None:
+            self.executor = None
+            return (yield from self._admit(True))
+        facts = Facts(usage, len(self._running), self.tracker.value, self._mrr, len(waiting), self.extended, self.had_work)
+        self.executor = site.begin(facts)
+        if not site.gate_first:
+            return (yield from self._admit(True))
+        # A gate before admission (a scheduler method): a rank with prefill work asks it, and a
+        # refusal means get_new_batch_prefill does not run; a rank without asks nothing (its
+        # finalize negotiates the same inputs).
+        if not self.had_work:
+            return None
+        if not (yield (len(self._running), self.tracker.value, self._mrr, len(waiting))):
+            return None
+        return (yield from self._admit(False))
 
-    def _admit(self) -> Generator[NegotiateArgs, bool, Optional[Batch]]:
+    def _admit(self, consult: bool) -> Generator[NegotiateArgs, bool, Optional[Batch]]:
+        """The prefill adder; ``consult``: its call sites ask the policy (else every call site proceeds)."""
         waiting, chunked, n_running, mrr = self.waiting, self.chunked, len(self._running), self._mrr
         if n_running == 0:
             self.batch_is_full = False
@@ -132,7 +151,7 @@ class RankScheduler:
         if chunked is not None:  # PrefillAdder.add_chunked_req
             self.negotiated = args
             self.negotiated_for_chunk = True
-            allow = yield args  # a mid-chunk rank prefills regardless of the verdict
+            allow = (yield args) if consult else True  # a mid-chunk rank prefills regardless of the verdict
             n = min(chunked.prompt - chunked.prefilled, rem_chunk)
             batch.append((chunked, n))
             rem_chunk -= n
@@ -157,7 +176,7 @@ class RankScheduler:
             n = extend if extend <= rem_chunk else rem_chunk
             if allow is None:
                 self.negotiated = args
-                allow = yield args
+                allow = (yield args) if consult else True
             if not allow:  # the delayer's veto: AddReqResult.OTHER
                 break
             batch.append((req, n))
@@ -189,6 +208,7 @@ class RankScheduler:
 
     def run(self, batch: Optional[Batch]) -> tuple[int, int]:
         """What this rank computes this pass: (prefill tokens, decoding requests)."""
+        self.extended = bool(batch)
         prefill_tokens = 0
         if batch:
             for req, n in batch:

@@ -13,17 +13,20 @@ from .config import SimConfig, Variant
 
 ESTIMATIONS = ("none", "mixed", "all")
 STATUS_CODES = {name: i for i, name in enumerate(ESTIMATIONS)}
-# "off": no delayer (the estimation is still computed from which ranks reached a call site).
-REASONS = ("", "no_wait", "wait_success", "delay", "wait_timeout", "token_watermark", "off")
-REASON_CODES = {name: i for i, name in enumerate(REASONS)}
-DELAY = REASON_CODES["delay"]
-# What a rank asked of the delayer in a pass.
+# "": nothing to prefill (no reason given); "off": no policy (the estimation is still computed from which
+# ranks reached a call site).
+NO_REASON, OFF_REASON = "", "off"
+# What a rank asked of its policy in a pass.
 ASK_NONE, ASK_ADMIT_ALLOWED, ASK_ADMIT_VETOED, ASK_CHUNK = 0, 1, 2, 3
 
 
-def decision_name(code: int) -> str:
-    est, reason = ESTIMATIONS[code >> 3], REASONS[code & 7]
-    return f"{est}/{reason or '-'}"
+def reasons_of(profile: Optional[str]) -> tuple[str, ...]:
+    """The reason codes of a run: none, then the policy's own reasons (``off``: no policy)."""
+    if profile is None:
+        return (NO_REASON, OFF_REASON)
+    from ..spec.registry import policy_of
+
+    return (NO_REASON,) + tuple(r for r in policy_of(profile).reasons if r != NO_REASON)
 
 
 @dataclass(frozen=True)
@@ -61,8 +64,11 @@ class Summary:
 class RunResult:
     """One variant's run: settings, per-pass records, requests."""
 
-    def __init__(self, variant: Variant, config: SimConfig, workload: Any) -> None:
+    def __init__(self, variant: Variant, config: SimConfig, workload: Any, binding: Any = None) -> None:
         self.variant = variant
+        self.binding = binding  # the policy's ``SimBinding`` (None: off)
+        self.reasons = reasons_of(variant.profile)
+        self.reason_codes = {name: i for i, name in enumerate(self.reasons)}
         self.config = config
         self.workload = workload
         dp = config.dp_size
@@ -70,7 +76,8 @@ class RunResult:
         self.t0 = array("d")
         self.dt = array("d")
         self.status = bytearray()
-        self.decision = bytearray()  # per pass x rank: estimation << 3 | reason
+        self.decision = bytearray()  # per pass x rank: estimation * len(reasons) + reason
+        self.allowed = bytearray()  # per pass x rank: the verdict let the rank prefill
         self.ask = bytearray()  # per pass x rank: ASK_*
         self.prefill = array("q")  # per pass x rank: prefill tokens
         self.running = array("l")  # per pass x rank, at the pass's start
@@ -86,9 +93,10 @@ class RunResult:
     # ----- recording -----------------------------------------------------------
 
     def recorder(self) -> Callable[..., None]:
-        t0, dt, status, decision, ask = self.t0, self.dt, self.status, self.decision, self.ask
+        t0, dt, status, decision, ask, allowed = self.t0, self.dt, self.status, self.decision, self.ask, self.allowed
         prefill, running, queue, usage, out_tokens = self.prefill, self.running, self.queue, self.usage, self.out_tokens
-        codes = {(e, r): (STATUS_CODES[e] << 3) | REASON_CODES[r] for e in ESTIMATIONS for r in REASONS}
+        width = len(self.reasons)
+        codes = {(e, r): STATUS_CODES[e] * width + i for e in ESTIMATIONS for i, r in enumerate(self.reasons)}
         dp = self.dp
 
         def record(now, pass_s, ranks, outcomes, batches, work, asks, tokens) -> None:
@@ -99,6 +107,7 @@ class RunResult:
             for i in range(dp):
                 o = outcomes[i]
                 decision.append(codes[(o.estimation, o.reason)])
+                allowed.append(o.allow)
                 r = ranks[i]
                 if asks[i] is None:
                     ask.append(ASK_NONE)
@@ -121,6 +130,13 @@ class RunResult:
         self._summary = None
 
     # ----- reading ---------------------------------------------------------------
+
+    def reason(self, code: int) -> str:
+        """The reason of a recorded decision code."""
+        return self.reasons[code % len(self.reasons)]
+
+    def decision_name(self, code: int) -> str:
+        return f"{ESTIMATIONS[code // len(self.reasons)]}/{self.reason(code) or '-'}"
 
     @property
     def passes(self) -> int:
@@ -168,7 +184,7 @@ class RunResult:
         runs = self.delay_runs(k0)
         counts = Counter(self.decision[lo:hi])
         total = max(sum(counts.values()), 1)
-        decisions = {decision_name(code): c / total for code, c in sorted(counts.items(), key=lambda kv: -kv[1])}
+        decisions = {self.decision_name(code): c / total for code, c in sorted(counts.items(), key=lambda kv: -kv[1])}
         ttfts, waits = self._ttfts()
         return Summary(
             passes=n,
@@ -211,13 +227,14 @@ class RunResult:
         return values, waits
 
     def delay_runs(self, k0: int = 0) -> list[int]:
-        """Lengths (in passes) of every rank's runs of consecutive ``delay`` decisions from pass ``k0`` on."""
+        """Lengths (in passes) of every rank's runs of consecutive held passes (the verdict did not let it
+        prefill: SGLang's ``delay``) from pass ``k0`` on."""
         dp = self.dp
         runs = []
         for r in range(dp):
             length = 0
-            for code in self.decision[k0 * dp + r :: dp]:
-                if code & 7 == DELAY:
+            for allowed in self.allowed[k0 * dp + r :: dp]:
+                if not allowed:
                     length += 1
                 elif length:
                     runs.append(length)
@@ -259,12 +276,12 @@ class RunResult:
         return times, lines
 
     def decision_window(self, passes: int = 120) -> tuple[list[list[int]], list[list[bool]], int]:
-        """The last ``passes`` passes, ranks x passes: the reason code (plus ``len(REASONS)`` where the rank
+        """The last ``passes`` passes, ranks x passes: the reason code (plus ``len(reasons)`` where the rank
         had nothing to prefill, so it asked nothing), whether the rank prefilled, and the first pass's index."""
-        dp, idle = self.dp, len(REASONS)
+        dp, idle = self.dp, len(self.reasons)
         first = max(0, self.passes - passes)
         grid = [
-            [(self.decision[k * dp + r] & 7) + (idle if self.ask[k * dp + r] == ASK_NONE else 0) for k in range(first, self.passes)]
+            [(self.decision[k * dp + r] % idle) + (idle if self.ask[k * dp + r] == ASK_NONE else 0) for k in range(first, self.passes)]
             for r in range(dp)
         ]
         prefilled = [[self.prefill[k * dp + r] > 0 for k in range(first, self.passes)] for r in range(dp)]

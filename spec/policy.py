@@ -343,6 +343,7 @@ class SimBinding:
     inputs: Callable[..., tuple]  # (facts) -> the policy's inputs for a rank that asks
     idle_inputs: Callable[..., tuple]  # (facts) -> the inputs of a rank that reached no call site
     outcome: Callable[[Any], tuple] = lambda d: ("", d.output_allow, d.output_reason, 0)  # (estimation, allow, reason, forward_passes)
+    colours: Mapping[str, str] = field(default_factory=dict)  # reason -> colour in the simulator's timeline plot
 
 
 def with_states(cls: Any, names: Sequence[str]) -> None:

@@ -533,7 +533,8 @@ POLICY = Policy(
     ),
     host=None,  # SGLang's delayer call sites do not reach it: it is a scheduler method, before them
     sim=SimBinding(call_site="gate", inputs=_sim_inputs, idle_inputs=_sim_inputs,
-                   outcome=lambda d: ("", d.output_allow, d.output_reason, 0)),
+                   outcome=lambda d: ("", d.output_allow, d.output_reason, 0),
+                   colours={"no_interval": "#2ca02c", "small_batch": "#1f77b4", "decode_interval": "#d62728"}),
     extras={"docs": {
         "engine": "SGLang",
         "releases_intro": "SGLang 0.5.23's `Scheduler._should_defer_prefill` and `_arm_prefill_decode_interval` "

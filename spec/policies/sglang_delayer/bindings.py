@@ -110,4 +110,6 @@ SIM = SimBinding(
     inputs=_sim_inputs,
     idle_inputs=_sim_idle,
     outcome=lambda d: (d.input_estimation, d.output_allow, d.output_reason, d.wait_forward_passes),
+    colours={"no_wait": "#2ca02c", "wait_success": "#1f77b4", "delay": "#d62728", "wait_timeout": "#ff7f0e",
+             "token_watermark": "#9467bd"},
 )
