@@ -64,6 +64,20 @@ class Config:
 
     # ----- validation, for the subclasses' __post_init__ ---------------------------------
 
+    def _apply_profile_defaults(self) -> None:
+        """Give every parameter left ``None`` the value its profile's default set has for it (``Profile.defaults``).
+
+        An unknown profile is left to ``_validate``, which names the known ones.
+        """
+        from .registry import known_profile, policy_of, resolve_profile
+
+        if not known_profile(self.profile):  # type: ignore[attr-defined]
+            return
+        name = resolve_profile(self.profile)  # type: ignore[attr-defined]
+        for param, value in policy_of(name).profile(name).defaults:
+            if getattr(self, param) is None:
+                object.__setattr__(self, param, value)
+
     def _validate(self, params: tuple[Param, ...]) -> None:
         """Check every parameter, resolve the profile, and check the layout's size."""
         from .registry import policy_of, resolve_profile

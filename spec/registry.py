@@ -21,7 +21,9 @@ def policies() -> tuple[Policy, ...]:
     """Every policy, loaded on first use (the policy modules import the spec's core, not this module)."""
     from .policies import prefill_decode_interval, sglang_delayer
 
-    found = (sglang_delayer.POLICY, prefill_decode_interval.POLICY)
+    found: tuple[Policy, ...] = (sglang_delayer.POLICY, prefill_decode_interval.POLICY)
+    from .policies import atom_930, atom_coalescer, sglang_lockstep  # issue 19, part A
+    found += (atom_coalescer.POLICY, atom_930.POLICY, sglang_lockstep.POLICY)
     names = [p for pol in found for p in pol.profile_names]
     owner = {a: pol.name for pol in found for a in pol.release_aliases}
     clash = [a for pol in found for a in pol.release_aliases if a in names and pol.release_aliases[a] != a]

@@ -147,7 +147,9 @@ def test_every_profile_has_a_diagram_of_its_own_table() -> None:
     assert sorted(p for g in groups for p in g) == sorted(all_profiles())
     for g in groups:
         assert all(tuple(policy_of(p).build_table(p)) == tuple(policy_of(g[0]).build_table(g[0])) for p in g)
-    assert len({tuple(policy_of(g[0]).build_table(g[0])) for g in groups}) == len(groups)
+    # One diagram per distinct table of a policy (a policy built on another's table, SGLang's lockstep on its
+    # delayer, draws its own).
+    assert len({(policy_of(g[0]).name, tuple(policy_of(g[0]).build_table(g[0]))) for g in groups}) == len(groups)
 
 
 @pytest.mark.parametrize("profile", config_module.PROFILES)
