@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Optional, Sequence
 
 from ..runtime.envelope import Envelope
+from ..spec.policy import ALL_GATHER
 from ..spec.config import Config
 from ..spec.errors import ConfigError
 from ..spec.fields import BOOL, CONTROL, COUNT, OPT_SECONDS, REASON, SECONDS, TEXT, USAGE
@@ -357,6 +358,9 @@ def parse_header(o: dict[str, Any]) -> tuple[dict[str, Any], Config]:
         raise ValueError(f"its configuration is invalid in this build: {exc}") from None
     if config.world_size != o["world_size"]:
         raise ValueError(f"world_size {o['world_size']} but its configuration has {config.world_size} ranks in the gather")
+    if config.policy.collective != ALL_GATHER:  # a reduced row holds no rank's own row to re-fire it from
+        raise ValueError(f"a log of {config.policy.title}, whose collective is an {config.policy.collective}: check-log "
+                         "reads logs of all-gather policies only (each line records the reduced row, not the rank's own)")
     gr = o["group_rank"]
     if gr is not None and not (_is_count(gr) and gr < config.world_size):
         raise ValueError(f"field 'group_rank' expected null or an integer in [0, {config.world_size}), got {_show(gr)}")

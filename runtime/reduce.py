@@ -43,7 +43,7 @@ from ..spec.inputs import CLOCK, checks_of
 from ..spec.policy import ALL_REDUCE_MAX, ALL_REDUCE_SUM
 from .core import CollectiveError, PolicyCore
 from .errors import ConfigMismatchError, PeerInputError
-from .gather import import_torch
+from .gather import collective_group, import_torch
 
 logger = logging.getLogger(__name__)
 
@@ -241,6 +241,13 @@ class TorchAllReduce:
 
     def __repr__(self) -> str:
         return f"TorchAllReduce({self.description})"
+
+
+def default_reduce(server_args: Any, cpu_group: Any, device: Any, device_group: Any, config: Any) -> TorchAllReduce:
+    """The all-reduce over the group SGLang's delayer would gather over (``runtime.gather.default_gather``'s choice)."""
+    group, on, name = collective_group(server_args, cpu_group, device, device_group)
+    return TorchAllReduce(group, on, config.world_size, ReduceEnvelope(config, 0).row_len, config.policy.collective,
+                          group_name=name)
 
 
 class ReduceCore(PolicyCore):

@@ -941,7 +941,7 @@ POLICY = Policy(
     ),
     host=None,  # SGLang's call sites pass no pending tokens and no partial-chunk flag: see the README
     sim=None,  # the simulator's rebuild supplies it (the module docstring says what)
-    extras={"docs": {
+    extras={"no_host": "its call sites pass no pending tokens (the waiting queue's new tokens plus the chunked request's remaining ones) and no partial-chunk flag", "docs": {
         "engine": "ATOM",
         "no_features": "none: ATOM's code",
         "releases_intro": "ATOM publishes no releases to the package registry; the profiles are ROCm/ATOM's main at "

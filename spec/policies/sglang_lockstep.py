@@ -263,7 +263,7 @@ POLICY = replace(
     ),
     host=None,  # SGLang 0.5.23's call sites pass no prefill_in_flight: see the README
     sim=None,  # the simulator's rebuild binds it (the module docstring says what it must supply)
-    extras={"docs": {
+    extras={"no_host": "its call sites pass no prefill_in_flight (add_chunked_req negotiates before the chunk is admitted), and the idle batch of a prefill phase is the scheduler's", "docs": {
         "engine": "SGLang",
         "no_features": "none",
         "releases_intro": "PR #37273 is open and in no release; `lockstep` runs it on SGLang 0.5.22-0.5.23's delayer "
