@@ -53,10 +53,19 @@ from ..spec.config import Config
 from ..spec.errors import ConfigError
 from ..spec.fields import BOOL, CONTROL, COUNT, OPT_SECONDS, REASON, SECONDS, TEXT, USAGE
 from ..spec.schema import KIND_FAIL, KIND_HEADER, KIND_PASS, KIND_SET, LOG_FORMAT, decision_keys, state_keys
+from ..spec.policy import ALL_GATHER
 from .envelope import FIELDS as ENVELOPE_FIELDS
 from .metrics import count_decision_log_error
 
 logger = logging.getLogger(__name__)
+
+
+def _reduced_fields(config: Any) -> tuple[str, ...]:
+    """The fields of an all-reduce policy's row (its lines record the one reduced row)."""
+    from .reduce import ReduceEnvelope
+
+    return ReduceEnvelope(config, 0).row_fields
+
 
 DECISION_LOG_ENV = "PREFILL_DELAYER_DECISION_LOG"
 MAX_MB_ENV = "PREFILL_DELAYER_DECISION_LOG_MAX_MB"
@@ -293,7 +302,7 @@ class DecisionLog:
             "started": time.time(),
             "pid": os.getpid(),
             "host": socket.gethostname(),
-            "row_fields": list(policy.row_names + ENVELOPE_FIELDS),
+            "row_fields": list(policy.row_names + ENVELOPE_FIELDS if policy.collective == ALL_GATHER else _reduced_fields(config)),
             "state_fields": list(state_keys(policy)),
             "decision_fields": list(decision_keys(policy)),
         }

@@ -137,3 +137,24 @@ class Config:
         """A 62-bit hash of every field, sent in each gathered row to detect mismatched ranks."""
         blob = json.dumps(self.as_dict(), sort_keys=True).encode()
         return int.from_bytes(hashlib.sha256(blob).digest()[:8], "big") >> 2
+
+
+class SymLayout:
+    """The layout views of a proofs' configuration with symbolic numbers (``ProofHooks.sym_config``), for a
+    dataclass with the fields ``profile``, ``dp_size``, ``enable_dp_attention``, ``attn_tp_size`` and ``attn_cp_size``:
+    what ``Config`` derives from the same fields."""
+
+    @property
+    def features(self) -> frozenset[str]:
+        from .registry import policy_of
+
+        return policy_of(self.profile).features_of(self.profile)  # type: ignore[attr-defined, no-any-return]
+
+    @property
+    def dp_dim(self) -> Any:
+        return self.dp_size if self.enable_dp_attention else 1  # type: ignore[attr-defined]
+
+    @property
+    def group_size(self) -> int:
+        return self.attn_cp_size * self.attn_tp_size  # type: ignore[attr-defined, no-any-return]
+

@@ -22,7 +22,7 @@ from prefill_delayer.cli import main as cli_main
 from delayer_spec import config_module
 from delayer_spec import POLICY, guards, invariants, profiles, table
 from prefill_delayer.spec import hashing
-from prefill_delayer.spec.registry import all_profiles, policy_of
+from prefill_delayer.spec.registry import all_profiles, policies, policy_named, policy_of
 from prefill_delayer.spec.hashing import spec_hash
 from prefill_delayer.spec.config import Config
 from prefill_delayer.spec.glossary import ARG, CONFIG, LOCAL, VIEW
@@ -375,3 +375,13 @@ def test_docs_check_exit_status_through_the_installed_command(tmp_path: Path) ->
     (tmp_path / docs.DOC_NAME).write_text("stale\n", encoding="utf-8")
     done = subprocess.run(run + ["--check"], capture_output=True, text=True)
     assert done.returncode == 1 and "+++" in done.stdout
+
+
+@pytest.mark.parametrize("policy", [p.name for p in policies()])
+def test_every_policys_profile_differences_are_explained(policy: str) -> None:
+    """For every policy: each guard or transition that differs between its consecutive profiles is some feature's."""
+    pol = policy_named(policy)
+    diff_guards, diff_rows = docs.profile_differences(pol)
+    named = {name for change in pol.features for name in change.shows_in}
+    unexplained = [g for g in diff_guards if g not in named] + [r for r in diff_rows if r.split("_", 1)[1] not in named]
+    assert not unexplained, f"{policy}: differences no feature explains: {unexplained}"

@@ -37,7 +37,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Optional
 
-from ..config import Config, count_in, is_real, layout_params
+from ..config import Config, SymLayout, count_in, is_real, layout_params
 from ..fields import BOOL, COUNT, MAX_COUNT, OPT_SECONDS, REASON, SECONDS, TEXT, USAGE, Field
 from ..glossary import ARG, CONFIG, LOCAL, VIEW, Symbol
 from ..monitors import Agreement, GroupRunBound, PassRule, RunBound
@@ -47,6 +47,7 @@ from ..policy import (
 from ..schema import LogSchema
 from .sglang_delayer.variables import INPUTS as SGLANG_CALL
 from ..table import FINALIZE, Table, Transition, negotiate_row, resolve
+from .atom_common import SCALE, UPSTREAM_URL, LowWatermark, Scope, scaled_share, scope_of
 
 NAME = "atom-930"
 SOURCE_COMMIT = "3fa7dc0a6f2ada0511ef8b1fda70035869d13b99"
@@ -65,7 +66,7 @@ FEATURES = (
         "others delay, and their delayed_count parts ways",
         upstream=(930,),
         since=None,
-        shows_in=("timed_out",),
+        shows_in=("timed_out", "within_budget"),
         invariant="agreement",
     ),
 )
@@ -97,7 +98,7 @@ PARAMETERS = (
 
 
 @dataclass(frozen=True)
-class Atom930Config(Config):
+class Atom930Config(LowWatermark, Config):
     max_delay_passes: int = 30
     token_usage_low_watermark: Optional[float] = None
     max_delay_ms: Optional[float] = None
@@ -114,14 +115,6 @@ class Atom930Config(Config):
         object.__setattr__(self, "max_delay_ms", DEFAULT_MAX_DELAY_MS if self.max_delay_ms is None else float(self.max_delay_ms))
         if self.token_usage_low_watermark is not None:
             object.__setattr__(self, "token_usage_low_watermark", float(self.token_usage_low_watermark))
-
-    @property
-    def low_on(self) -> bool:
-        return self.token_usage_low_watermark is not None
-
-    @property
-    def low(self) -> float:
-        return 0.0 if self.token_usage_low_watermark is None else self.token_usage_low_watermark
 
 
 # ----- variables, inputs, what the guards see ----------------------------------------------
@@ -455,13 +448,8 @@ class Family:
         return f"{self.profile}/dp-ranks"
 
 
-@dataclass(frozen=True)
-class Scope:
-    dp_size: Optional[int] = None
-
-
 @dataclass
-class SymConfig:
+class SymConfig(SymLayout):
     profile: str
     dp_size: Any
     max_delay_passes: Any
@@ -471,18 +459,6 @@ class SymConfig:
     enable_dp_attention: bool = True
     attn_tp_size: int = 1
     attn_cp_size: int = 1
-
-    @property
-    def features(self) -> frozenset[str]:
-        return _PROFILE[self.profile].features
-
-    @property
-    def dp_dim(self) -> Any:
-        return self.dp_size if self.enable_dp_attention else 1
-
-    @property
-    def group_size(self) -> int:
-        return self.attn_cp_size * self.attn_tp_size
 
 
 def sym_config(o: Any, fam: Family, tag: str = "") -> SymConfig:
@@ -523,17 +499,14 @@ def layout_witness(o: Any, c: Any, v: Any, group: int, counted: bool, groups: in
     return witness_row(o, c, v)
 
 
-TU_SCALE = 1024
-
-
 def bmc_config(o: Any, c: SymConfig) -> tuple[list, Any]:
-    ms, wm = o.Int("max_delay_ms_int"), o.Int("watermark_1024")
+    ms, (wm, in_wm) = o.Int("max_delay_ms_int"), scaled_share(o, "watermark", c.low)
     assertions = [*config_domain(o, c), c.max_delay_passes >= 2, c.max_delay_passes <= 10, ms >= 1, ms <= 100_000,
-                  c.max_delay_ms == o.ToReal(ms), wm >= 0, wm <= TU_SCALE, c.low == o.ToReal(wm) / TU_SCALE]
+                  c.max_delay_ms == o.ToReal(ms), *in_wm]
 
     def trace_config(val: Any, ranks: int) -> dict:
         return {"max_delay_passes": val(c.max_delay_passes),
-                "token_usage_low_watermark": val(wm) / TU_SCALE if val(c.low_on) else None,
+                "token_usage_low_watermark": val(wm) / SCALE if val(c.low_on) else None,
                 "max_delay_ms": float(val(ms)), "dp_size": ranks, "attn_tp_size": 1, "attn_cp_size": 1,
                 "enable_dp_attention": True}
 
@@ -576,7 +549,7 @@ POLICY = Policy(
     summary="delays a mixed tick up to max_delay_passes ticks or max_delay_ms on the rank's own clock, from one "
     "all_reduce(MAX) of three flags; ROCm/ATOM #930 (" + SOURCE_COMMIT[:8] + ")",
     source="atom/model_engine/prefill_delayer.py, scheduler.py and utils/envs.py of ROCm/ATOM at " + SOURCE_COMMIT[:12] + " (#930)",
-    upstream_url="https://github.com/ROCm/ATOM/pull/{}",
+    upstream_url=UPSTREAM_URL,
     config_cls=Atom930Config,
     params=PARAMETERS,
     profiles=PROFILES,
@@ -630,7 +603,7 @@ POLICY = Policy(
         "token_usage_low_watermark off or any in [0, 1]",
         layout_range="any number of DP ranks (one reduced row)",
         default_scope=Scope(),
-        scope_of=lambda dp_size=None, **_: Scope(dp_size),
+        scope_of=scope_of,
         scope_options=(),
         sym_config=sym_config,
         config_domain=config_domain,
@@ -656,6 +629,7 @@ POLICY = Policy(
     ),
     sim=None,  # the simulator's rebuild binds it; it reads what SGLang's delayer reads
     extras={"docs": {
+        "replayed_by": "; ATOM's code is not on the package registry to run it",
         "engine": "ATOM",
         "no_features": "none: ATOM's code",
         "releases_intro": f"ATOM publishes no releases to the package registry; the profile is ROCm/ATOM #930 at "

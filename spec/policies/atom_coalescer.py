@@ -55,7 +55,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Optional
 
-from ..config import Config, count_in, is_real, layout_params
+from ..config import Config, SymLayout, count_in, is_real, layout_params
 from ..fields import BOOL, COUNT, MAX_COUNT, REASON, USAGE, Field
 from ..glossary import ARG, CONFIG, LOCAL, VIEW, Symbol
 from ..monitors import Agreement, GroupRunBound, PassRule, RunBound
@@ -65,6 +65,7 @@ from ..policy import (
 )
 from ..schema import LogSchema
 from ..table import FINALIZE, Table, Transition, negotiate_row, resolve
+from .atom_common import SCALE, UPSTREAM_URL, LowWatermark, Scope, scaled_share, scope_of
 
 NAME = "atom-coalescer"
 SOURCE_COMMIT = "ffdf3bb5ddf8a15a64d521a2eeb3bc7438f9ac21"
@@ -84,7 +85,7 @@ FEATURES = (
         "ranks leave step and take turns holding",
         upstream=(1611,),
         since=None,
-        shows_in=("fail_open",),
+        shows_in=("collective_error",),
         invariant="agreement",
     ),
 )
@@ -138,7 +139,7 @@ PARAMETERS = (
 
 
 @dataclass(frozen=True)
-class AtomCoalescerConfig(Config):
+class AtomCoalescerConfig(LowWatermark, Config):
     """A validated configuration of ATOM's coalescer; the four tuned parameters default to the profile's set."""
 
     max_num_batched_tokens: int = 16384
@@ -190,14 +191,6 @@ class AtomCoalescerConfig(Config):
     @property
     def kv_high(self) -> float:
         return self.kv_high_watermark
-
-    @property
-    def low_on(self) -> bool:
-        return self.token_usage_low_watermark is not None
-
-    @property
-    def low(self) -> float:
-        return 0.0 if self.token_usage_low_watermark is None else self.token_usage_low_watermark
 
     @property
     def queue_on(self) -> bool:
@@ -380,7 +373,10 @@ def is_first_call(o: Any, c: Any, v: Any, s: Any) -> Any:
 
 
 def collective_error(o: Any, c: Any, v: Any, s: Any) -> Any:
-    """This rank's all-reduce raised (set by the runtime)."""
+    """This rank's all-reduce raised (set by the runtime) and the profile fails open: decide alone (with fail-closed the
+    runtime raises instead, so no rank ever decides on it)."""
+    if has(c, FAIL_CLOSED):
+        return o.FALSE
     return s.collective_failed
 
 
@@ -468,7 +464,6 @@ def build_table(profile: str) -> Table:
     from ..registry import resolve_profile
 
     profile = resolve_profile(profile)
-    fail_open = FAIL_CLOSED not in _PROFILE[profile].features
     rows: list[Transition] = []
     for src in (IDLE, HOLDING):
 
@@ -477,9 +472,8 @@ def build_table(profile: str) -> Table:
 
         rows.append(row("first", RELEASED, ("is_first_call",), "first_call", CONSUME_FIRST, RESET))
         before: tuple[str, ...] = ("!is_first_call",)
-        if fail_open:
-            rows.append(row("fail_open", RELEASED, (*before, "collective_error"), "fail_open", RESET))
-            before += ("!collective_error",)
+        rows.append(row("fail_open", RELEASED, (*before, "collective_error"), "fail_open", RESET))
+        before += ("!collective_error",)
         rows.append(row("vacuous", RELEASED, (*before, "vacuous"), "", RESET))
         before += ("!vacuous",)
         for name, guard, reason in _MUST_FIRE:
@@ -677,13 +671,8 @@ class Family:
         return f"{self.profile}/target_fill={fill}"
 
 
-@dataclass(frozen=True)
-class Scope:
-    dp_size: Optional[int] = None
-
-
 @dataclass
-class SymConfig:
+class SymConfig(SymLayout):
     profile: str
     dp_size: Any
     max_num_batched_tokens: Any
@@ -699,18 +688,6 @@ class SymConfig:
     enable_dp_attention: bool = True
     attn_tp_size: int = 1
     attn_cp_size: int = 1
-
-    @property
-    def features(self) -> frozenset[str]:
-        return _PROFILE[self.profile].features
-
-    @property
-    def dp_dim(self) -> Any:
-        return self.dp_size if self.enable_dp_attention else 1
-
-    @property
-    def group_size(self) -> int:
-        return self.attn_cp_size * self.attn_tp_size
 
 
 def families(profile: str, scope: Scope) -> list[Family]:
@@ -800,16 +777,12 @@ def layout_witness(o: Any, c: Any, v: Any, group: int, counted: bool, groups: in
 
 # ----- bounded model checking ------------------------------------------------------------------
 
-SCALE = 1024  # watermarks in 1/1024ths: exact doubles
-
-
 def bmc_config(o: Any, c: SymConfig) -> tuple[list, Any]:
-    high, low, queue = o.Int("kv_high_1024"), o.Int("low_1024"), o.Int("queue_ms_int")
+    (high, in_high), (low, in_low), queue = scaled_share(o, "kv_high", c.kv_high), scaled_share(o, "low", c.low), o.Int("queue_ms_int")
     # a fixed budget keeps the fill test linear (n_prefillable * budget)
-    assertions = [*config_domain(o, c), c.max_num_batched_tokens == 16]
+    assertions = [*config_domain(o, c), c.max_num_batched_tokens == 16, *in_high, *in_low]
     assertions += [x <= 3 for x in (c.ttft_max_ticks, c.partial_max_ticks, c.stall_ticks)]
-    assertions += [high >= 0, high <= SCALE, c.kv_high == o.ToReal(high) / SCALE, low >= 0, low <= SCALE,
-                   c.low == o.ToReal(low) / SCALE, queue >= 0, queue <= 100_000, c.queue_ms == o.ToReal(queue)]
+    assertions += [queue >= 0, queue <= 100_000, c.queue_ms == o.ToReal(queue)]
 
     def trace_config(val: Any, ranks: int) -> dict:
         return {
@@ -865,7 +838,7 @@ POLICY = Policy(
     "in ticks; ROCm/ATOM #1611 (main, " + SOURCE_COMMIT[:8] + ") with #1670's and #1611's default sets",
     source="atom/model_engine/prefill_delayer.py, scheduler.py and utils/envs.py of ROCm/ATOM at " + SOURCE_COMMIT[:12]
     + " (#1611, #1670, #1681)",
-    upstream_url="https://github.com/ROCm/ATOM/pull/{}",
+    upstream_url=UPSTREAM_URL,
     config_cls=AtomCoalescerConfig,
     params=PARAMETERS,
     profiles=PROFILES,
@@ -922,7 +895,7 @@ POLICY = Policy(
         scope_ranges=scope_ranges,
         layout_range="any number of DP ranks (one reduced row)",
         default_scope=Scope(),
-        scope_of=lambda dp_size=None, **_: Scope(dp_size),
+        scope_of=scope_of,
         scope_options=(),
         sym_config=sym_config,
         config_domain=config_domain,
@@ -942,6 +915,7 @@ POLICY = Policy(
     host=None,  # SGLang's call sites pass no pending tokens and no partial-chunk flag: see the README
     sim=None,  # the simulator's rebuild supplies it (the module docstring says what)
     extras={"no_host": "its call sites pass no pending tokens (the waiting queue's new tokens plus the chunked request's remaining ones) and no partial-chunk flag", "docs": {
+        "replayed_by": "; ATOM's code is not on the package registry to run it (the profiles are checked against ATOM's own tests instead)",
         "engine": "ATOM",
         "no_features": "none: ATOM's code",
         "releases_intro": "ATOM publishes no releases to the package registry; the profiles are ROCm/ATOM's main at "

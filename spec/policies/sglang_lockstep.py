@@ -35,7 +35,8 @@ phase: in a prefill phase a rank with no chunk and no admitted prefill idles its
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple
+import collections
+from typing import Any
 
 from ..fields import BOOL, Field
 from ..glossary import VIEW, Symbol
@@ -45,7 +46,6 @@ from . import sglang_delayer as base
 from .sglang_delayer import bindings, config as base_config, properties, reference, scope
 
 NAME = "sglang-lockstep"
-UPSTREAM_PR = 37273
 IN_FLIGHT = "prefill_in_flight"
 
 # ----- profiles: the delayer's features, the release's or the hardened set --------------------
@@ -80,17 +80,13 @@ class LockstepConfig(base.DelayerConfig):
 # ----- inputs, row, view, decision: the delayer's, one field longer ------------------------------
 
 
-class LockstepInput(NamedTuple):
-    local_prefillable: bool
-    token_usage: float
-    running_batch: int = 0
-    max_prefill_bs: int = 0
-    max_running_requests: int = 0
-    waiting_queue_len: int = 0
-    prefill_in_flight: bool = False
+def _extended(base: Any, name: str, field: str, *default: Any) -> Any:
+    """``base``'s NamedTuple with one more field last (with ``default``, if given): the lockstep's one field more."""
+    defaults = (*base._field_defaults.values(), *default)
+    return collections.namedtuple(name, (*base._fields, field), defaults=defaults or None)
 
 
-assert LockstepInput._fields[:-1] == base.PassInput._fields
+LockstepInput = _extended(base.PassInput, "LockstepInput", IN_FLIGHT, False)
 IN_FLIGHT_INPUT = Field(IN_FLIGHT, BOOL, "add_chunked_req admitted a chunk on this rank this pass", default=False,
                         trace=IN_FLIGHT, sym="inflight")
 INPUTS = base.POLICY.inputs + (IN_FLIGHT_INPUT,)
@@ -101,35 +97,11 @@ def local_row(o: Any, c: Any, inp: Any, s: Any) -> list:
     return base.local_row(o, c, inp, s) + [o.b2i(inp.prefill_in_flight)]
 
 
-class View(NamedTuple):
-    n: Any
-    num_prefillable: Any
-    num_force: Any
-    running_batch: Any
-    max_prefill_bs: Any
-    waiting_queue_len: Any
-    timeout_any: Any
-    mrr_max: Any
-    in_flight_any: Any  # some counted rank has a chunk in flight
-
-
-assert View._fields[:-1] == base.View._fields
+View = _extended(base.View, "View", "in_flight_any")  # some counted rank has a chunk in flight
 VIEW_FOLD = base.POLICY.view + (Agg("in_flight_any", "any", IN_FLIGHT),)
 
 
-class Decision(NamedTuple):
-    next_state: Any
-    input_estimation: str
-    output_allow: bool
-    output_reason: str
-    num_prefillable: int
-    num_token_watermark_force_allow: int
-    wait_forward_passes: int = 0
-    wait_seconds: float = 0.0
-    phase_prefill: bool = False
-
-
-assert Decision._fields[:-1] == base.Decision._fields
+Decision = _extended(base.Decision, "Decision", "phase_prefill", False)
 PHASE_FIELD = Field("phase_prefill", BOOL, "is_phase_prefill: any_prefill_in_flight or (output_allow and num_prefillable > 0)",
                     trace="phase_prefill")
 DECISION_FIELDS = base.POLICY.decision_fields + (PHASE_FIELD,)
@@ -140,7 +112,7 @@ def phase_prefill(o: Any, v: Any, allow: Any) -> Any:
     return o.Or(v.in_flight_any, o.And(allow, v.num_prefillable > 0))
 
 
-def decide(o: Any, c: Any, t: Any, v: Any, s: Any) -> Decision:
+def decide(o: Any, c: Any, t: Any, v: Any, s: Any) -> Any:
     d = base.decide(o, c, t, v, s)
     return Decision(*d, phase_prefill=phase_prefill(o, v, t.allows))
 
@@ -264,6 +236,7 @@ POLICY = replace(
     host=None,  # SGLang 0.5.23's call sites pass no prefill_in_flight: see the README
     sim=None,  # the simulator's rebuild binds it (the module docstring says what it must supply)
     extras={"no_host": "its call sites pass no prefill_in_flight (add_chunked_req negotiates before the chunk is admitted), and the idle batch of a prefill phase is the scheduler's", "docs": {
+        "replayed_by": "; the PR is in no release to run it (the profiles are checked against its own test instead)",
         "engine": "SGLang",
         "no_features": "none",
         "releases_intro": "PR #37273 is open and in no release; `lockstep` runs it on SGLang 0.5.22-0.5.23's delayer "
