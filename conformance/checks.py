@@ -25,17 +25,18 @@ passes every compared rank logged.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from ..fsm import DelayerMachine, Step
 from ..runtime.decision_log import build_spec_hash
-from ..runtime.envelope import Envelope
+from ..runtime.reduce import envelope_for
 from ..spec.config import Config
 from ..spec.monitors import Agreement, GroupRunBound, PassRule, RunBound, RunReport
 from ..spec.ops import PY
-from ..spec.policy import REFUTED
+from ..spec.policy import ALL_GATHER, REFUTED
 from .logread import LogError, PassRec, RankLog
 
 CONFORMANCE, AGREEMENT, INVARIANT = "conformance", "agreement", "invariant"
@@ -233,7 +234,7 @@ class _RankChecker:
         self.c = session.config
         self.policy = self.c.policy
         self.stats = report.stats[(session.index, log.rank)] = LogStats()
-        self.envelope = Envelope(self.c)
+        self.envelope = envelope_for(self.c, log.group_rank)
 
     def finding(self, category: str, prop: str, rec: PassRec, message: str, first: Optional[int] = None) -> Finding:
         f = Finding(category, prop, self.session.index, rec.number, [self.log.rank],
@@ -247,7 +248,7 @@ class _RankChecker:
         env = self.envelope
         fp, world, gr = log.fingerprint, c.world_size, log.group_rank
         n, k = env.row_len, env.n_policy
-        flat_len = world * n
+        reduced = policy.collective != ALL_GATHER  # one reduced row: no rank's own row in it, its inputs all read
         schema = policy.log
         mixed_of = schema.mixed
         rules = [inv.check for inv in policy.invariants if isinstance(inv.check, PassRule)]
@@ -291,17 +292,17 @@ class _RankChecker:
                     r.reset(False)
             prev = rec
             # -- the rows: a successful pass carries no error and one fingerprint
-            if flat[env.f_fingerprint::n].count(fp) != world or any(flat[env.f_error::n]):
+            if (not env.clean(flat)) if reduced else (flat[env.f_fingerprint::n].count(fp) != world or any(flat[env.f_error::n])):
                 self.finding(CONFORMANCE, "row", rec, "the pass succeeded on rows that carry an input error or "
                              "another configuration's fingerprint (the runtime must have refused it)")
-            rows = [flat[i:i + k] for i in range(0, flat_len, n)]
+            rows = env.policy_rows(flat)
             view = step.view(rows)
             # -- re-fire through the transitions machine
             try:
-                own = rows[gr] if gr is not None else zeros
+                own = None if reduced else rows[gr] if gr is not None else zeros
                 inp = schema.inputs_from_row(own, readings)
                 local = step.local(before, now, inp)
-                if gr is not None:
+                if gr is not None and own is not None:
                     want_row = policy.local_row(PY, c, inp, local)
                     if list(own) != want_row:
                         shown = ", ".join(f"{name} {readings[key]!r}" for name, key in schema.readings)
@@ -403,9 +404,35 @@ def _show_key(policy: Any, key: tuple) -> str:
     return f"{decided} -> " + "/".join(f"{n}={v}" if isinstance(v, bool) else str(v) for n, v in zip(policy.shared, key[k:]))
 
 
+@functools.lru_cache(maxsize=64)
+def _envelope(c: Any) -> Any:
+    return envelope_for(c)
+
+
+def _local_args(policy: Any, env: Any, log: RankLog, rec: PassRec) -> tuple:
+    """The rank's local inputs on this pass (``Policy.local_inputs``), rebuilt from its own row and readings
+    (of an all-reduce, whose row is the reduced one, from its readings alone)."""
+    gr = log.group_rank
+    if policy.collective != ALL_GATHER:
+        own = None
+    elif gr is not None:
+        own = rec.rows[gr * env.row_len:gr * env.row_len + env.n_policy]
+    else:
+        own = [0] * env.n_policy
+    inp = policy.log.inputs_from_row(own, rec.readings)
+    return tuple(getattr(inp, name) for name in policy.local_inputs)
+
+
 def _compare(report: Report, s: Session, number: int, present: list[tuple[int, PassRec]],
-             split_since: Optional[int]) -> tuple[bool, Optional[int]]:
-    """One pass across the ranks that logged it: equal rows, equal decisions. Returns (agree, split_since)."""
+             split: Optional[tuple[int, str]]) -> tuple[bool, Optional[tuple[int, str]]]:
+    """One pass across the ranks that logged it: equal rows, equal decisions. Returns (agree, split).
+
+    ``split`` is where the ranks' states parted, while they stay apart: the pass on
+    which they decided differently from the same state, and the agreement
+    property that pass broke. A later disagreement of ranks whose states differ is
+    that same violation's consequence, and is reported under its property, not
+    judged by the later pass's arguments alone.
+    """
     policy = s.config.policy
     logs = s.logs
     i0, first = present[0]
@@ -418,27 +445,33 @@ def _compare(report: Report, s: Session, number: int, present: list[tuple[int, P
     keys = [_agreement_key(policy, r) for _, r in present]
     same_state = all(shared_state(r, policy) == shared_state(first, policy) for _, r in present)
     if all(k == keys[0] for k in keys):
-        return True, (None if same_state else split_since)
-    if same_state:
-        split_since = None
-    elif split_since is None:
-        split_since = number
-    local_keys = [key for name, key in policy.log.readings if name in policy.local_inputs]
-    equal_args = all(all(r.readings[key] == first.readings[key] for key in local_keys) for _, r in present)
+        return True, (None if same_state else split)
+    env = _envelope(s.config)
+    local_args = [_local_args(policy, env, logs[i], r) for i, r in present]
+    equal_args = all(a == local_args[0] for a in local_args)
     agreements = [inv for inv in policy.invariants if isinstance(inv.check, Agreement)]
     chosen = next((inv for inv in agreements if inv.check.equal_args == equal_args), agreements[0] if agreements else None)
     prop = chosen.id if chosen is not None else "agreement"
+    if same_state or split is None:  # they part here (or parted before this log shows)
+        split = (number, prop)
+    else:
+        prop = split[1]
     groups: dict[tuple, list[int]] = {}
     for (i, _), k in zip(present, keys):
         groups.setdefault(k, []).append(logs[i].rank)
     text = "; ".join(f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}: {_show_key(policy, k)}" for k, rs in groups.items())
-    why = "from the same state and gathered rows" if same_state else f"(their states differ, split since pass {split_since})"
+    if same_state:
+        why = "from the same state and gathered rows"
+    elif split[0] == number:
+        why = "(their states differ, though no earlier pass in the logs shows them deciding apart)"
+    else:
+        why = f"(their states differ since they parted on pass {split[0]})"
     local_names = ", ".join(policy.local_inputs)
     args = "equal arguments, only the clocks differ" if equal_args else f"different {local_names}"
     report.add(Finding(AGREEMENT, prop, s.index, number, [logs[i].rank for i, _ in present],
                        f"pass {number}: ranks decide differently {why}, {args}: {text}",
                        [logs[i].where(r.fi, r.line) for i, r in present], None, _known(s.config.profile, prop, policy)))
-    return False, split_since
+    return False, split
 
 
 def check_session(report: Report, s: Session) -> None:
@@ -458,14 +491,14 @@ def check_session(report: Report, s: Session) -> None:
     runs = [0] * len(groups)
     starts: list[Optional[int]] = [None] * len(groups)
     prev_number = None
-    split_since: Optional[int] = None
+    split: Optional[tuple[int, str]] = None
     for number in numbers:
         present = [(i, m[number]) for i, m in enumerate(maps) if number in m]
         first = present[0][1]
         agree = True
         if len(present) > 1:
             stats["compared"] += 1
-            agree, split_since = _compare(report, s, number, present, split_since)
+            agree, split = _compare(report, s, number, present, split)
         if mixed_of is not None and mixed_of(None, first.decision):
             stats["mixed"] += 1
             stats["mixed_resolved"]["split" if not agree else first.decision.output_reason] += 1

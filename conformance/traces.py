@@ -26,7 +26,8 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from ..runtime.envelope import Envelope
+from ..runtime.reduce import envelope_for
+from ..spec.policy import ALL_GATHER
 from ..spec.schema import config_keys, expect_of
 from ..traces.format import validate_trace
 from ..traces.violations import replayable
@@ -72,7 +73,7 @@ def build_trace(s: Session, maps: list[dict[int, PassRec]], start: int, last: in
     """The trace of log passes ``start..last`` (rank order: the gather's)."""
     c = s.config
     policy = c.policy
-    env = Envelope(c)
+    env = envelope_for(c)
     world = c.world_size
     cfg = c.as_dict()
     bridge = policy.log.bridge(maps[0][start].before) if policy.log.bridge is not None else None
@@ -89,7 +90,7 @@ def build_trace(s: Session, maps: list[dict[int, PassRec]], start: int, last: in
         ranks, expect_list = [], []
         for place, m in enumerate(maps):
             r = m[k]
-            own = r.rows[place * n:place * n + k_policy]
+            own = None if policy.collective != ALL_GATHER else r.rows[place * n:place * n + k_policy]  # reduced: readings
             inp = policy.log.inputs_from_row(own, r.readings)
             ranks.append({**{fld.trace_name: getattr(inp, fld.name) for fld in policy.trace.inputs}, "now_s": r.now})
             expect_list.append(expect_of(policy, r.decision))

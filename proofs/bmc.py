@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional
 import z3
 
 from ..spec.fields import BOOL, COUNT, REASON, USAGE
-from ..spec.monitors import Agreement, GroupRunBound, RunBound
+from ..spec.monitors import Agreement, GroupRunBound, PassRule, RunBound
 from ..spec.table import Table
 from .model import SOLVER_TACTIC, Outcome, encode_pass, initial_state, raw
 from .z3ops import Z3Ops
@@ -90,6 +90,13 @@ def violation_of(monitor: Any) -> Violation:
             return z3.Or(*bad)
 
         return run_too_long
+    if isinstance(monitor, PassRule):
+
+        def rule_broken(u: Unrolling) -> Any:
+            """At some pass some rank's decision breaks the rule, on that pass's gathered view."""
+            return z3.Or(*[monitor.violated(u.o, u.c, view, out.decision) for view, outs in zip(u.views, u.outs) for out in outs])
+
+        return rule_broken
     if isinstance(monitor, Agreement):
 
         def ranks_disagree(u: Unrolling) -> Any:

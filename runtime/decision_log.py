@@ -231,7 +231,8 @@ def _formatters(policy_name: str) -> tuple[Any, Any, Any]:
     parts = ",".join(f'"{f.name}":{_text_of(f.kind, f"d[{i + 1}]")}' for i, f in enumerate(policy.decision_fields))
     decision = _compile(f"def decision_text(d):\n    return f'{{{{{parts}}}}}'\n", "decision_text")
     by_name = {f.name: f for f in policy.inputs}
-    parts = ",".join(f'"{key}":{_text_of(by_name[name].kind, f"r[{i}]")}' for i, (name, key) in enumerate(policy.log.readings))
+    # Each reading ends with its comma, so a policy with no readings writes none.
+    parts = "".join(f'"{key}":{_text_of(by_name[name].kind, f"r[{i}]")},' for i, (name, key) in enumerate(policy.log.readings))
     readings = _compile(f"def readings_text(r):\n    return f'{parts}'\n", "readings_text")
     return state, decision, readings
 
@@ -340,7 +341,7 @@ class DecisionLog:
             rows = str(flat) if set(map(type, flat)) == _INTS else json.dumps(list(flat), default=int)
             line = (
                 f'{self._head}{number:d},"wall":{_flt(time.time())},"now":{_flt(float(now))},'
-                f'{self._readings_text(readings)},"rows":{rows},"before":{b},'
+                f'{self._readings_text(readings)}"rows":{rows},"before":{b},'
                 f'"decision":{self._decision_text(decision)},"after":{a}{self._tail}'
             )
         except Exception as err:  # noqa: BLE001

@@ -40,7 +40,7 @@ from typing import Any, Callable, NoReturn, Optional, Sequence
 from ..spec.errors import ConfigError, PassInputError
 from ..spec.fields import clock_problem
 from ..spec.inputs import CLOCK, checks_of
-from ..spec.policy import ALL_REDUCE_MAX, ALL_REDUCE_SUM
+from ..spec.policy import ALL_GATHER, ALL_REDUCE_MAX, ALL_REDUCE_SUM
 from .core import CollectiveError, PolicyCore
 from .errors import ConfigMismatchError, PeerInputError
 from .gather import collective_group, import_torch
@@ -135,7 +135,7 @@ class ReduceEnvelope:
         env = list(reduced[self.n_policy:])
         same, spread = self._same_fingerprints(env)
         if not same:
-            raise ReducedConfigMismatchError(pass_number, spread, self.config.as_dict())
+            raise _config_mismatch(pass_number, spread, self.config.as_dict())
         nfields = len(self.fields)
         first_bad = 2 if self.op == ALL_REDUCE_SUM else 3
         flags = env[first_bad:first_bad + nfields]
@@ -152,7 +152,7 @@ class ReduceEnvelope:
                 rank, count = env[1] - 1, None
             if one:
                 raise PeerInputError(pass_number=pass_number, bad_fields={rank: named}) from local
-            raise ReducedPeerInputError(pass_number, count, dict(zip(self.fields, flags)), self.op) from local
+            raise _several_bad(pass_number, count, dict(zip(self.fields, flags)), self.op) from local
         if local is not None:  # the collective lost our error: still refuse the pass
             raise local
         raise CollectiveError(
@@ -161,32 +161,36 @@ class ReduceEnvelope:
         )
 
 
-class ReducedConfigMismatchError(ConfigMismatchError):
-    """Ranks built with different configurations, seen in the reduced fingerprint slots (no per-rank list)."""
-
-    def __init__(self, pass_number: int, spread: str, local_config: Any) -> None:
-        ConfigError.__init__(
-            self,
-            f"pass {pass_number}: ranks of the group were built with different configurations ({spread}); build "
-            "every rank with the same parameters, layout and profile",
-        )
-        self.pass_number = pass_number
-        self.fingerprints: dict[int, int] = {}
-        self.local_config = dict(local_config)
+def _config_mismatch(pass_number: int, spread: str, local_config: Any) -> ConfigMismatchError:
+    """A ``ConfigMismatchError`` seen in the reduced fingerprint slots: no per-rank list, the same message on every rank."""
+    err = ConfigMismatchError.__new__(ConfigMismatchError)
+    ConfigError.__init__(err, f"pass {pass_number}: ranks of the group were built with different configurations ({spread}); "
+                              "build every rank with the same parameters, layout and profile")
+    err.pass_number, err.fingerprints, err.local_config = pass_number, {}, dict(local_config)
+    return err
 
 
-class ReducedPeerInputError(PeerInputError):
-    """Several ranks passed invalid inputs: the reduced slots say how many (SUM) and which fields."""
+def _several_bad(pass_number: int, count: Optional[int], fields: dict[str, int], op: str) -> PeerInputError:
+    """A ``PeerInputError`` of several ranks: the reduced slots say how many (SUM) and which fields, not which ranks."""
+    who = f"{count} ranks" if count is not None else "several ranks"
+    if op == ALL_REDUCE_SUM:
+        parts = "; ".join(f"{f}: {n} rank{'s' if n > 1 else ''}" for f, n in fields.items() if n)
+    else:
+        parts = ", ".join(f for f, n in fields.items() if n)
+    err = PeerInputError.__new__(PeerInputError)
+    PassInputError.__init__(err, f"pass {pass_number}: invalid negotiate input on {who} ({parts})")
+    err.pass_number, err.bad_fields = pass_number, {}
+    return err
 
-    def __init__(self, pass_number: int, count: Optional[int], fields: dict[str, int], op: str) -> None:
-        who = f"{count} ranks" if count is not None else "several ranks"
-        if op == ALL_REDUCE_SUM:
-            parts = "; ".join(f"{f}: {n} rank{'s' if n > 1 else ''}" for f, n in fields.items() if n)
-        else:
-            parts = ", ".join(f for f, n in fields.items() if n)
-        PassInputError.__init__(self, f"pass {pass_number}: invalid negotiate input on {who} ({parts})")
-        self.pass_number = pass_number
-        self.bad_fields: dict[int, tuple[str, ...]] = {}
+
+def envelope_for(config: Any, rank: Optional[int] = 0) -> Any:
+    """The runtime's envelope of ``config``'s rows: ``runtime.envelope.Envelope`` for an all-gather, else this one
+    (what a decision log's ``rows`` hold: every rank's rows, or the one reduced row)."""
+    if config.policy.collective == ALL_GATHER:
+        from .envelope import Envelope
+
+        return Envelope(config)
+    return ReduceEnvelope(config, rank)
 
 
 def reduce_rows(rows: Sequence[Sequence[int]], op: str, row_len: int) -> list[int]:
@@ -290,9 +294,10 @@ class ReduceCore(PolicyCore):
         return decision
 
 
-# One pass over an all-reduce, compiled per policy as ``core._PASS`` is: ``{params}`` the inputs the callers pass
-# (the failure input is the runtime's), ``{args}`` every input with the failure input False, ``{local}`` the
-# local inputs the compiled negotiate reads, ``{readings}`` what the decision log records.
+# One pass over an all-reduce, compiled per policy as ``core._PASS`` is: ``{params}`` the inputs with their
+# defaults, ``{args}`` the same names, ``{local}`` the local inputs the compiled negotiate reads, ``{readings}``
+# what the decision log records. The failure input (``Policy.collective_failure``) is False unless the collective
+# raised; a caller may pass True to stand for that (a test, a simulator), and the pass then decides as the failed rank.
 _REDUCE_PASS = """
 def negotiate(self, {params}):
     step = self._step
@@ -345,13 +350,10 @@ def _compiled_reduce_pass(policy_name: str) -> Callable[..., Any]:
     from ..spec.registry import policy_named
 
     policy = policy_named(policy_name)
-    failure = policy.collective_failure
-    callers = [f for f in policy.inputs if f.name != failure]
-    params = ", ".join(f.name if f.default is None else f"{f.name}={f.default!r}" for f in callers)
-    every = ", ".join("False" if f.name == failure else f.name for f in policy.inputs)
-    local = "".join(("False" if n == failure else n) + ", " for n in policy.local_inputs)
-    readings = "".join(("False" if n == failure else n) + ", " for n, _ in policy.log.readings)
-    source = _REDUCE_PASS.format(params=params, args=every, local=local, readings=readings)
+    params = ", ".join(f.name if f.default is None else f"{f.name}={f.default!r}" for f in policy.inputs)
+    source = _REDUCE_PASS.format(params=params, args=", ".join(policy.input_names),
+                                 local="".join(f"{n}, " for n in policy.local_inputs),
+                                 readings="".join(f"{n}, " for n, _ in policy.log.readings))
     namespace: dict[str, Any] = {"_clock_problem": clock_problem, "_CLOCK": CLOCK, "_CollectiveError": CollectiveError}
     exec(compile(source, f"<prefill_delayer.runtime.reduce pass of {policy_name}>", "exec"), namespace)
     fn: Callable[..., Any] = namespace["negotiate"]

@@ -45,7 +45,29 @@ def layout_params(cp_note: str = "") -> tuple[Param, ...]:
     )
 
 
-class Config:
+class Layout:
+    """The gather's shape from the layout parameters: for a configuration, and for the proofs' symbolic one.
+
+    ``dp_size`` may be a Z3 term in a symbolic configuration; the rest are ints.
+    """
+
+    @property
+    def dp_dim(self) -> Any:
+        """Number of DP groups in the gather (the seed's ``dp_size_dim``)."""
+        return self.dp_size if self.enable_dp_attention else 1  # type: ignore[attr-defined]
+
+    @property
+    def group_size(self) -> int:
+        """Ranks per DP group in the gather; the first of each group is counted."""
+        return self.attn_cp_size * self.attn_tp_size  # type: ignore[attr-defined, no-any-return]
+
+    @property
+    def world_size(self) -> Any:
+        """Ranks taking part in the all-gather."""
+        return self.dp_dim * self.group_size
+
+
+class Config(Layout):
     """A validated configuration of some policy. Construction raises ``ConfigError`` on any bad field.
 
     Subclasses are frozen dataclasses; ``policy_name`` names their policy. The
@@ -112,21 +134,6 @@ class Config:
         """The profile's features: what the guards and the table ask for."""
         return self._features
 
-    @property
-    def dp_dim(self) -> int:
-        """Number of DP groups in the gather (the seed's ``dp_size_dim``)."""
-        return self.dp_size if self.enable_dp_attention else 1  # type: ignore[attr-defined, no-any-return]
-
-    @property
-    def group_size(self) -> int:
-        """Ranks per DP group in the gather; the first of each group is counted."""
-        return self.attn_cp_size * self.attn_tp_size  # type: ignore[attr-defined, no-any-return]
-
-    @property
-    def world_size(self) -> int:
-        """Ranks taking part in the all-gather."""
-        return self.dp_dim * self.group_size
-
     def replace(self, **changes: Any) -> "Config":
         return dataclasses.replace(self, **changes)  # type: ignore[type-var]
 
@@ -139,22 +146,12 @@ class Config:
         return int.from_bytes(hashlib.sha256(blob).digest()[:8], "big") >> 2
 
 
-class SymLayout:
-    """The layout views of a proofs' configuration with symbolic numbers (``ProofHooks.sym_config``), for a
-    dataclass with the fields ``profile``, ``dp_size``, ``enable_dp_attention``, ``attn_tp_size`` and ``attn_cp_size``:
-    what ``Config`` derives from the same fields."""
+class SymLayout(Layout):
+    """``Layout`` with the profile's features, for a proofs' configuration (``ProofHooks.sym_config``) whose
+    dataclass has a ``profile`` field, as ``Config`` reads them from its own."""
 
     @property
     def features(self) -> frozenset[str]:
         from .registry import policy_of
 
         return policy_of(self.profile).features_of(self.profile)  # type: ignore[attr-defined, no-any-return]
-
-    @property
-    def dp_dim(self) -> Any:
-        return self.dp_size if self.enable_dp_attention else 1  # type: ignore[attr-defined]
-
-    @property
-    def group_size(self) -> int:
-        return self.attn_cp_size * self.attn_tp_size  # type: ignore[attr-defined, no-any-return]
-

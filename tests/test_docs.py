@@ -377,6 +377,25 @@ def test_docs_check_exit_status_through_the_installed_command(tmp_path: Path) ->
     assert done.returncode == 1 and "+++" in done.stdout
 
 
+def _readme_block(heading: str) -> str:
+    """The first ```python block under the README's ``heading``."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text[text.index(heading):]
+    start = section.index("```python\n") + len("```python\n")
+    return section[start:section.index("```\n", start)]
+
+
+@pytest.mark.parametrize("heading, printed", [
+    ("## Stepping the FSM", "False delay State(control='delaying'"),
+    ("## Policies: one interface", "[['no_interval', 'decode_interval', 'decode_interval', 'no_interval']"),
+])
+def test_the_readme_examples_run_and_print_what_they_say(heading: str, printed: str) -> None:
+    """The README's self-contained examples run as written, in a fresh interpreter."""
+    run = subprocess.run([sys.executable, "-c", _readme_block(heading)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert printed in run.stdout
+
+
 @pytest.mark.parametrize("policy", [p.name for p in policies()])
 def test_every_policys_profile_differences_are_explained(policy: str) -> None:
     """For every policy: each guard or transition that differs between its consecutive profiles is some feature's."""

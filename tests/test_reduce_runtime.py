@@ -150,7 +150,7 @@ def test_a_dead_peer(profile: str, fails_open: bool) -> None:
         assert status == "ok", o
         assert o["elapsed"] < COLLECTIVE_TIMEOUT_S + 2.0 and o["held"] == 1
         if fails_open:
-            assert o["error"] is None and o["decision"] == (True, "fail_open") and o["state"][:4] == ("released", 0, 0, -1)
+            assert o["error"] is None and o["decision"] == (True, "fail_open") and o["state"][:5] == ("released", 0, 0, 0, False)
         else:
             assert o["error"]["type"] == "CollectiveError" and o["kept"] and "pass 3" in o["error"]["message"]
             assert "all_reduce SUM, 3 ranks" in o["error"]["message"]

@@ -590,8 +590,8 @@ POLICY = Policy(
                       config=("max_delay_passes", "token_usage_low_watermark", "max_delay_ms", "dp_size", "attn_tp_size",
                               "attn_cp_size", "enable_dp_attention")),
     log=LogSchema(
-        readings=(("token_usage", "token_usage"),),
-        inputs_from_row=lambda row, r: Atom930Input(bool(row[0]), r["token_usage"]),
+        readings=(("local_prefillable", "prefillable"), ("token_usage", "token_usage")),  # no own row: every input read
+        inputs_from_row=lambda row, r: Atom930Input(r["prefillable"], r["token_usage"]),
         set_flags=("skip_first",),
         reason_order=("delay", "no_wait", "wait_success", "wait_timeout", "token_watermark", "", "first_call"),
         mixed=lambda v, d: d.input_estimation == "mixed",

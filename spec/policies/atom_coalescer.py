@@ -206,7 +206,7 @@ class AtomCoalescerConfig(LowWatermark, Config):
 IDLE, HOLDING, RELEASED = "idle", "holding", "released"
 STATES = (IDLE, HOLDING, RELEASED)
 STATE_DOC = {
-    IDLE: "no hold in progress (hold_ticks = 0, stall_count = 0, prev_pending = -1)",
+    IDLE: "no hold in progress (hold_ticks = 0, stall_count = 0, no stall check yet)",
     HOLDING: "prefill admission is held back (hold_ticks >= 1)",
     RELEASED: "this tick fired; finalize returns to idle",
 }
@@ -216,7 +216,8 @@ class State(NamedTuple):
     control: str = IDLE
     hold_ticks: int = 0
     stall_count: int = 0
-    prev_pending: int = -1  # ATOM's -1: no tick of this episode has compared yet
+    prev_pending: int = 0
+    stall_checked: bool = False  # a stall check has run this episode (ATOM: _prev_pending is not its -1)
     first_call: bool = True  # the first call is still to come: it fires (ATOM's _first)
 
 
@@ -224,7 +225,8 @@ INIT = State()
 STATE_FIELDS = (
     Field("hold_ticks", COUNT, "consecutive holds of this episode (_hold_ticks)", sym="hold"),
     Field("stall_count", COUNT, "consecutive aligned ticks in which G_pending did not grow (_stall_count)", sym="stall"),
-    Field("prev_pending", COUNT, "G_pending at the last stall check, -1 before the episode's first (_prev_pending)", sym="prev"),
+    Field("prev_pending", COUNT, "G_pending at the episode's last stall check (_prev_pending; 0 before its first)", sym="prev"),
+    Field("stall_checked", BOOL, "the episode has had a stall check (ATOM's _prev_pending is then not -1)", sym="checked"),
     Field("first_call", BOOL, "the first call is still to come (_first)", sym="first"),
 )
 
@@ -233,10 +235,10 @@ def type_ok(o: Any, c: Any, st: Any) -> Any:
     idle, holding = st.control == IDLE, st.control == HOLDING
     return o.And(
         o.Or(idle, holding),
-        o.Or(o.Not(idle), o.And(st.hold_ticks == 0, st.stall_count == 0, st.prev_pending == -1)),
+        o.Or(o.Not(idle), o.And(st.hold_ticks == 0, st.stall_count == 0, st.prev_pending == 0, o.Not(st.stall_checked))),
         o.Or(o.Not(holding), st.hold_ticks >= 1),
         o.Or(o.Not(st.first_call), o.And(idle, st.hold_ticks == 0)),
-        st.stall_count >= 0, st.prev_pending >= -1,
+        st.stall_count >= 0, st.prev_pending >= 0,
     )
 
 
@@ -263,8 +265,8 @@ INPUTS = (
     Field("has_partial", BOOL, "this rank has a chunked prefill in flight", default=False, sym="part"),
     Field("oldest_waiting_age_ms", USAGE, "age of this rank's oldest schedulable waiting request, ms", default=0.0,
           sym="age"),
-    Field("collective_failed", BOOL, "the runtime's: this rank's all-reduce raised (set by the runtime, never a caller)",
-          default=False, sym="failed"),
+    Field("collective_failed", BOOL, "this rank's all-reduce raised: the runtime sets it (a caller only to stand for a "
+          "failure, in a test or a simulation)", default=False, sym="failed"),
 )
 COLLECTIVE_FAILED = "collective_failed"
 
@@ -274,11 +276,12 @@ class Local(NamedTuple):
     hold_ticks: Any
     stall_count: Any
     prev_pending: Any
+    stall_checked: Any
     collective_failed: Any
 
 
 def local_for(o: Any, st: Any, now: Any, inp: Any) -> Local:
-    return Local(st.first_call, st.hold_ticks, st.stall_count, st.prev_pending, inp.collective_failed)
+    return Local(st.first_call, st.hold_ticks, st.stall_count, st.prev_pending, st.stall_checked, inp.collective_failed)
 
 
 def local_domain(o: Any, c: Any, st: Any, now: Any, inp: Any) -> list:
@@ -429,8 +432,8 @@ def fill_reached(o: Any, c: Any, v: Any, s: Any) -> Any:
 
 
 def stall_next(o: Any, c: Any, v: Any, s: Any) -> Any:
-    """stall_count after this tick's check: one more when G_pending did not grow, else 0."""
-    return o.If(v.pending <= s.prev_pending, s.stall_count + 1, 0)
+    """stall_count after this tick's check: one more when G_pending did not grow since the last check, else 0."""
+    return o.If(o.And(s.stall_checked, v.pending <= s.prev_pending), s.stall_count + 1, 0)
 
 
 def stall_due(o: Any, c: Any, v: Any, s: Any) -> Any:
@@ -449,10 +452,10 @@ REASONS = ("", "first_call", "fail_open", "no_decode", "token_watermark", "kv_hi
            "partial_timeout", "delay", "no_wait", "wait_success", "stall")
 RESET, CONSUME_FIRST, HOLD, TRACK_STALL = "reset", "consume_first", "hold", "track_stall"
 EFFECT_DOC = {
-    RESET: "hold_ticks = 0; stall_count = 0; prev_pending = -1",
+    RESET: "hold_ticks = 0; stall_count = 0; prev_pending = 0; stall_checked = false",
     CONSUME_FIRST: "first_call = false",
     HOLD: "hold_ticks += 1",
-    TRACK_STALL: "stall_count = stall_next; prev_pending = G_pending",
+    TRACK_STALL: "stall_count = stall_next; prev_pending = G_pending; stall_checked = true",
 }
 # The must-fire bounds, in ATOM's order: (row, guard, reason).
 _MUST_FIRE = (("no_decode", "no_decode", "no_decode"), ("kv_low", "kv_low", "token_watermark"),
@@ -512,12 +515,15 @@ DECISION_KEY = ("output_allow", "output_reason", "wait_forward_passes")
 
 def decide(o: Any, c: Any, t: Transition, v: Any, s: Any) -> Decision:
     if RESET in t.effects:
-        hold, stall, prev = 0, 0, -1
+        hold, stall, prev, checked = 0, 0, 0, False
     else:
         hold = s.hold_ticks + 1 if HOLD in t.effects else s.hold_ticks
-        stall, prev = (stall_next(o, c, v, s), v.pending) if TRACK_STALL in t.effects else (s.stall_count, s.prev_pending)
+        if TRACK_STALL in t.effects:
+            stall, prev, checked = stall_next(o, c, v, s), v.pending, True
+        else:
+            stall, prev, checked = s.stall_count, s.prev_pending, s.stall_checked
     first = False if CONSUME_FIRST in t.effects else s.first_call
-    return Decision(State(t.dest, hold, stall, prev, first), t.allows, t.reason,  # type: ignore[arg-type]
+    return Decision(State(t.dest, hold, stall, prev, checked, first), t.allows, t.reason,  # type: ignore[arg-type]
                     v.num_prefillable, s.hold_ticks if t.allows else 0)
 
 
@@ -616,12 +622,14 @@ def reference_pass(o: Any, c: Any, st: Any, v: Any, now: Any, inp: Any) -> tuple
     holding = st.control == HOLDING
 
     def fire(reason: Any, first_after: Any = None) -> tuple:
-        return (reason, True, st.hold_ticks, 0, 0, 0, -1, st.first_call if first_after is None else first_after)
+        return (reason, True, st.hold_ticks, 0, 0, 0, 0, False, st.first_call if first_after is None else first_after)
 
-    grew = o.Not(v.pending <= st.prev_pending)
+    prev_pending = o.If(st.stall_checked, st.prev_pending, -1)  # ATOM's _prev_pending, -1 after a reset
+    grew = o.Not(v.pending <= prev_pending)
     stall = o.If(grew, 0, st.stall_count + 1)
-    hold_gate = (codes["delay"], False, 0, 1, st.hold_ticks + 1, st.stall_count, st.prev_pending, st.first_call)
-    hold = (codes["delay"], False, 0, 1, st.hold_ticks + 1, stall, v.pending, st.first_call)
+    hold_gate = (codes["delay"], False, 0, 1, st.hold_ticks + 1, st.stall_count, st.prev_pending, st.stall_checked,
+                 st.first_call)
+    hold = (codes["delay"], False, 0, 1, st.hold_ticks + 1, stall, v.pending, True, st.first_call)
     budget = v.num_prefillable * c.max_num_batched_tokens
     chain = [
         (st.first_call, fire(codes["first_call"], o.BoolVal(False))),
@@ -640,9 +648,9 @@ def reference_pass(o: Any, c: Any, st: Any, v: Any, now: Any, inp: Any) -> tuple
     out = hold
     for cond, result in reversed(chain):
         out = tuple(o.If(cond, a, b) for a, b in zip(result, out))
-    reason, allow, wfp, control, hold_ticks, stall_count, prev, first_after = out
+    reason, allow, wfp, control, hold_ticks, stall_count, prev, checked, first_after = out
     return ({"output_reason": reason, "output_allow": allow, "wait_forward_passes": wfp},
-            (control, hold_ticks, stall_count, prev, first_after))
+            (control, hold_ticks, stall_count, prev, checked, first_after))
 
 
 def reference_row(o: Any, c: Any, inp: Any, s: Any) -> list:
@@ -742,7 +750,7 @@ def witness_row(o: Any, c: Any, v: Any) -> tuple:
     inp = CoalescerInput(pre, o.If(v.pending <= MAX_COUNT, v.pending, MAX_COUNT),
                          o.If(v.running_decode <= MAX_COUNT, v.running_decode, MAX_COUNT), _witness_usage(o, c, v),
                          v.partial_any, age, o.BoolVal(False))
-    return inp, Local(o.BoolVal(False), o.IntVal(0), o.IntVal(0), o.IntVal(-1), o.BoolVal(False))
+    return inp, Local(o.BoolVal(False), o.IntVal(0), o.IntVal(0), o.IntVal(0), o.BoolVal(False), o.BoolVal(False))
 
 
 def split_view(o: Any, v: Any) -> Any:
@@ -763,7 +771,7 @@ def split_view(o: Any, v: Any) -> Any:
 def idle_row(o: Any) -> tuple:
     inp = CoalescerInput(o.BoolVal(False), o.IntVal(0), o.IntVal(0), o.RealVal(0), o.BoolVal(False), o.RealVal(0),
                          o.BoolVal(False))
-    return inp, Local(o.BoolVal(False), o.IntVal(0), o.IntVal(0), o.IntVal(-1), o.BoolVal(False))
+    return inp, Local(o.BoolVal(False), o.IntVal(0), o.IntVal(0), o.IntVal(0), o.BoolVal(False), o.BoolVal(False))
 
 
 def layout_witness(o: Any, c: Any, v: Any, group: int, counted: bool, groups: int) -> tuple:
@@ -814,7 +822,8 @@ SYMBOLS = (
     Symbol(LOCAL, "first_call", "first_call", "the first call is still to come"),
     Symbol(LOCAL, "hold_ticks", "hold_ticks", "consecutive holds of this episode"),
     Symbol(LOCAL, "stall_count", "stall_count", "consecutive aligned ticks without growth"),
-    Symbol(LOCAL, "prev_pending", "prev_pending", "G_pending at the last stall check (-1: none yet)"),
+    Symbol(LOCAL, "prev_pending", "prev_pending", "G_pending at the episode's last stall check"),
+    Symbol(LOCAL, "stall_checked", "stall_checked", "the episode has had a stall check"),
     Symbol(LOCAL, "collective_failed", "collective_failed", "this rank's all-reduce raised"),
     Symbol(CONFIG, "kv_high", "kv_high_watermark", "kv_high_watermark"),
     Symbol(CONFIG, "low_on", "low_watermark_set", "token_usage_low_watermark is set", flag=True),
@@ -851,7 +860,7 @@ POLICY = Policy(
     state_fields=STATE_FIELDS,
     init=INIT,
     type_ok=type_ok,
-    shared=("control", "hold_ticks", "stall_count", "prev_pending", "first_call"),
+    shared=("control", "hold_ticks", "stall_count", "prev_pending", "stall_checked", "first_call"),
     inputs=INPUTS,
     input_cls=CoalescerInput,
     local_cls=Local,
@@ -882,10 +891,9 @@ POLICY = Policy(
                 "kv_high_watermark", "token_usage_low_watermark", "max_queue_ms", "dp_size", "attn_tp_size", "attn_cp_size",
                 "enable_dp_attention"),
     ),
-    log=LogSchema(
-        readings=((COLLECTIVE_FAILED, COLLECTIVE_FAILED),),
-        inputs_from_row=lambda row, r: CoalescerInput(bool(row[0]), row[1], row[2], 0.0, bool(row[5]), 0.0,
-                                                      r[COLLECTIVE_FAILED]),
+    log=LogSchema(  # the lines of an all-reduce hold no rank's own row: every input is a reading
+        readings=tuple((f.name, f.name) for f in INPUTS),
+        inputs_from_row=lambda row, r: CoalescerInput(*(r[f.name] for f in INPUTS)),
         reason_order=("delay", "no_wait", "wait_success", "stall", "wait_timeout", "partial_timeout", "no_decode",
                       "token_watermark", "kv_high", "queue_age", "", "first_call", "fail_open"),
     ),

@@ -27,7 +27,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Optional
 
-from ..config import Config, count_in, layout_params
+from ..config import Config, Layout, count_in, layout_params
 from ..fields import BOOL, COUNT, MAX_COUNT, REASON, Field
 from ..glossary import ARG, CONFIG, LOCAL, VIEW, Symbol
 from ..monitors import Agreement, GroupRunBound, RunBound
@@ -390,7 +390,7 @@ class Scope:
 
 
 @dataclass
-class SymConfig:
+class SymConfig(Layout):
     profile: str
     enable_dp_attention: bool
     dp_size: Any
@@ -402,14 +402,6 @@ class SymConfig:
     @property
     def features(self) -> frozenset[str]:
         return _PROFILE[self.profile].features
-
-    @property
-    def dp_dim(self) -> Any:
-        return self.dp_size if self.enable_dp_attention else 1
-
-    @property
-    def group_size(self) -> int:
-        return self.attn_cp_size * self.attn_tp_size
 
 
 def families(profile: str, scope: Scope) -> list[Family]:
@@ -519,7 +511,7 @@ POLICY = Policy(
         outputs=("output_reason", "output_allow"),
         families=families,
         scope_ranges=scope_ranges,
-        layout_range="any number of DP groups, any attn_cp x attn_tp ranks per group",
+        layout_range="any number of DP groups, any attn_cp x attn_tp ranks per group, DP attention on and off",
         default_scope=Scope(),
         scope_of=lambda dp_size=None, **_: Scope(dp_size),
         scope_options=(),
