@@ -59,6 +59,7 @@ from typing import IO, Any, Optional, Sequence, Union
 from ..spec.config import Config
 from ..spec.errors import ConfigError
 from ..spec.fields import BOOL, CONTROL, COUNT, OPT_SECONDS, REASON, SECONDS, TEXT, USAGE
+from ..spec.policy import ALL_GATHER
 from ..spec.schema import (
     DIGEST, KIND_FAIL, KIND_HEADER, KIND_PASS, KIND_SET, LOG_FORMAT, LOG_FORMATS_READ, MODE_COMPACT, MODE_FULL, decision_keys,
     digest_of_bytes, enums, pass_columns, state_keys,
@@ -67,6 +68,14 @@ from .envelope import FIELDS as ENVELOPE_FIELDS
 from .metrics import count_decision_log_error
 
 logger = logging.getLogger(__name__)
+
+
+def _reduced_fields(config: Any) -> tuple[str, ...]:
+    """The fields of an all-reduce policy's row (its lines record the one reduced row)."""
+    from .reduce import ReduceEnvelope
+
+    return ReduceEnvelope(config, 0).row_fields
+
 
 DECISION_LOG_ENV = "PREFILL_DELAYER_DECISION_LOG"
 MAX_MB_ENV = "PREFILL_DELAYER_DECISION_LOG_MAX_MB"
@@ -366,6 +375,10 @@ class DecisionLog:
             # Without its place in the gather a rank cannot tell its own row: the line carries every rank's.
             self.mode, mode_note = MODE_FULL, "this rank's place in the gather is unknown: every rank's row is logged"
             logger.warning("prefill-delayer decision log (rank %d): %s", rank, mode_note)
+        if self.format == 2 and policy.collective != ALL_GATHER:
+            # Format 2 logs a rank's own row; an all-reduce hands each rank only the reduced one.
+            self.format, mode_note = 1, f"{policy.title} all-reduces: its lines record the one reduced row (format 1)"
+            logger.info("prefill-delayer decision log (rank %d): %s", rank, mode_note)
         self._line = None
         self._started = started
         if self.format == 2:
@@ -388,10 +401,12 @@ class DecisionLog:
             "started": started,
             "pid": os.getpid(),
             "host": socket.gethostname(),
-            "row_fields": list(policy.row_names + ENVELOPE_FIELDS),
+            "row_fields": list(policy.row_names + ENVELOPE_FIELDS if policy.collective == ALL_GATHER else _reduced_fields(config)),
             "state_fields": list(state_keys(policy)),
             "decision_fields": list(decision_keys(policy)),
         }
+        if mode_note and self.format == 1:
+            self._header["format_note"] = mode_note
         if self.format == 2:
             from .envelope import Envelope
 

@@ -42,6 +42,9 @@ HOMONYMS = {
     ("sim/rank.py", "waiting"): "the rank's waiting queue",
     ("sim/engine.py", "waiting"): "the rank's waiting queue",
     ("sim/engine.py", "idle"): "a rank with nothing to do (RankScheduler.idle)",
+    ("sim/config.py", "lockstep"): "the single-threaded gather (--gather lockstep)",
+    ("sim/gather.py", "lockstep"): "the single-threaded gather (--gather lockstep)",
+    ("sim/calibrate.py", "uniform"): "prompt lengths drawn uniformly",
     **{(f"sim/{name}.py", "seed"): "the run's RNG seed" for name in ("calibrate", "cli", "config", "engine", "options", "report", "workload")},
 }
 

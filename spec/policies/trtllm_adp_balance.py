@@ -62,7 +62,7 @@ FEATURES = (
         why="a run of holds longer than timeout_iters + batching_wait_iters keeps every rank's prefill back",
         upstream=(),
         since=None,
-        shows_in=("timed_out", "batching_owed"),
+        shows_in=("timed_out", "batching_owed", "batch_hold", "batch"),
         invariant="bounded-delay",
     ),
 )
