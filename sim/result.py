@@ -27,6 +27,22 @@ def decision_name(code: int) -> str:
 
 
 @dataclass(frozen=True)
+class PassTrace:
+    """One rank in one pass, as the differential test compares the backends."""
+
+    negotiated: Optional[tuple[int, int, int, int]]  # negotiate's (running, max_prefill_bs, max_running, queue), if prefillable
+    chunk: bool  # the negotiation came from add_chunked_req
+    verdict: Optional[bool]
+    decision: str  # gathered status / reason
+    running: int  # running requests at the admission
+    queue: int  # waiting requests at the admission
+    admitted: tuple[int, ...]  # request ids admitted from the queue
+    prefilled: tuple[tuple[int, int], ...]  # (request id, tokens) prefilled this pass
+    decode: int  # requests decoded this pass
+    finished: tuple[int, ...]  # request ids whose last token the result processing of this pass committed
+
+
+@dataclass(frozen=True)
 class Summary:
     """The table's figures over the measured window (``warmup_s`` to the end)."""
 
@@ -73,6 +89,7 @@ class RunResult:
         self.decision = bytearray()  # per pass x rank: estimation << 3 | reason
         self.ask = bytearray()  # per pass x rank: ASK_*
         self.prefill = array("q")  # per pass x rank: prefill tokens
+        self.decode = array("l")  # per pass x rank: requests decoded
         self.running = array("l")  # per pass x rank, at the pass's start
         self.queue = array("l")  # per pass x rank, at the pass's start
         self.usage = array("d")  # per pass: mean token usage over ranks, at the pass's start
@@ -81,6 +98,8 @@ class RunResult:
         self.requests: list[Any] = []
         self.negotiations: list[int] = []  # each rank's delayer passes (one per scheduler pass)
         self.peak_kv = 0  # the most KV tokens any rank held
+        self.health_checks: list[tuple[float, int, bool]] = []  # each probe: (sent at, rank, taken in: False if dropped)
+        self.trace: list[tuple["PassTrace", ...]] = []  # per pass, per rank (only with SimConfig.trace)
         self._summary: Optional[Summary] = None
 
     # ----- recording -----------------------------------------------------------
@@ -88,30 +107,47 @@ class RunResult:
     def recorder(self) -> Callable[..., None]:
         t0, dt, status, decision, ask = self.t0, self.dt, self.status, self.decision, self.ask
         prefill, running, queue, usage, out_tokens = self.prefill, self.running, self.queue, self.usage, self.out_tokens
+        decode = self.decode
         codes = {(e, r): (STATUS_CODES[e] << 3) | REASON_CODES[r] for e in ESTIMATIONS for r in REASONS}
         dp = self.dp
+        trace = self.trace if self.config.trace else None
 
-        def record(now, pass_s, ranks, outcomes, batches, work, asks, tokens) -> None:
+        def record(now, pass_s, group, work, finished, tokens) -> None:
             t0.append(now)
             dt.append(pass_s)
+            outcomes = group.outcomes
             status.append(STATUS_CODES[outcomes[0].estimation])
             total_usage = 0.0
             for i in range(dp):
                 o = outcomes[i]
                 decision.append(codes[(o.estimation, o.reason)])
-                r = ranks[i]
-                if asks[i] is None:
+                r = group.ranks[i]
+                if r.negotiated is None:
                     ask.append(ASK_NONE)
                 elif r.negotiated_for_chunk:
                     ask.append(ASK_CHUNK)
                 else:
                     ask.append(ASK_ADMIT_ALLOWED if o.allow else ASK_ADMIT_VETOED)
                 prefill.append(work[i][0])
+                decode.append(work[i][1])
                 running.append(r.running_at_start)
                 queue.append(r.queue_at_start)
                 total_usage += r.usage_at_start
             usage.append(total_usage / dp)
             out_tokens.append(tokens)
+            if trace is not None:
+                negotiates = group.gather is not None  # without a delayer nothing negotiates
+                trace.append(tuple(
+                    PassTrace(
+                        negotiated=r.negotiated if negotiates else None, chunk=r.negotiated_for_chunk and negotiates,
+                        verdict=r.verdict if negotiates else None,
+                        decision=decision_name(decision[-dp + i]), running=r.running_at_start, queue=r.queue_at_start,
+                        admitted=tuple(q.rid for q in r.admitted),
+                        prefilled=tuple((q.rid, n) for q, n in (r.batch or ())),
+                        decode=work[i][1], finished=tuple(q.rid for q in finished[i] if not q.health_check),
+                    )
+                    for i, r in enumerate(group.ranks)
+                ))
 
         return record
 
