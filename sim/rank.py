@@ -58,6 +58,17 @@ def _ceil(tokens: int, page: int) -> int:
     return -(-tokens // page) * page
 
 
+def _insert_state(states: list[tuple[int, int]], req: Request) -> None:
+    """``add_req_state(req, insert_sort=True)``: before the first state with as much output left or more
+    (and, as SGLang's loop has it, before the last one when none has)."""
+    left_new = req.output
+    i = 0
+    for i in range(len(states)):
+        if left_new <= states[i][0]:
+            break
+    states.insert(i, (left_new, req.prompt))
+
+
 class RankScheduler:
     """A DP rank: waiting queue, running batch, at most one chunked request, a paged KV pool, its delayer."""
 
@@ -77,6 +88,8 @@ class RankScheduler:
         self.batch_is_full = False
         self.running: list[Request] = []  # running_batch.reqs, in admission order
         self.allocated = 0  # KV tokens held (whole pages)
+        self._clipped_left = 0  # sum over running of min(output left, CLIP_MAX_NEW_TOKENS), kept as they change
+        self._max_output = 0  # the longest output this rank has taken (bounds every request's output left)
         self.peak_kv = 0
         self.dropped_health_checks = 0
         # The pass in progress, and the one whose result is not processed yet (overlap).
@@ -133,6 +146,8 @@ class RankScheduler:
             self.dropped_health_checks += 1
             return False
         self.waiting.append(req)
+        if req.output > self._max_output:
+            self._max_output = req.output
         return True
 
     def on_idle(self, now: float) -> None:
@@ -187,7 +202,7 @@ class RankScheduler:
         rem_chunk = self._chunk - mixed
         rem_input = self._input_budget - mixed
         free = self._capacity - self.allocated
-        total_offset = mixed + sum(min(r.output - r.out, CLIP_MAX_NEW_TOKENS) for r in running)
+        total_offset = mixed + self._clipped_left  # sum over running of min(output left, CLIP_MAX_NEW_TOKENS)
         current_offset = mixed
         args = (n_running, self.tracker.value, mrr, len(waiting))
         allow: Optional[bool] = None
@@ -210,7 +225,8 @@ class RankScheduler:
             batch.append((chunked, n))
             if not truncated:
                 self.chunked = None
-        states: Optional[list[tuple[int, int]]] = None  # add_one_req_ignore_eos's req_states
+        states: Optional[list[tuple[int, int]]] = None  # add_one_req_ignore_eos's req_states, built when first walked
+        reached: list[Request] = []  # the requests that got to the walk, in order (each adds its state)
         for req in waiting:
             # budget_state() == OTHER; out of KV (NO_TOKEN) is not a stop here: add_one_req finds it below
             if (free - total_offset > 0 and free - current_offset > 0) and (rem_input <= 0 or rem_chunk <= 0):
@@ -225,26 +241,25 @@ class RankScheduler:
             if not paged_input <= min(free - current_offset, free - total_offset):  # can_allocate_prefill: NO_TOKEN
                 self.batch_is_full = bool(batch) or n_running > 0
                 break
-            if states is None:
-                states = [(r.output - r.out, r.prompt + r.out) for r in (req, *running, *(b for b, _ in batch)) if r.output > r.out]
-                states.sort(key=lambda s: s[0])
-            else:
-                left_new = req.output
-                i = 0
-                for i in range(len(states)):
-                    if left_new <= states[i][0]:
-                        break
-                states.insert(i, (left_new, req.prompt))
+            reached.append(req)
             cur_rem = free - current_offset - paged_input
-            freed = 0
+            # The walk below fails only if some request's output left times the requests from it on
+            # reaches cur_rem: with every output left at most the longest output, it cannot when
+            # cur_rem exceeds that bound (then the walk, and building its list, is skipped).
             no_room = False
-            count = len(states)
-            for i, (left, occupied) in enumerate(states):
-                bs = count - i
-                if cur_rem + freed - left * bs <= IGNORE_EOS_RESERVE_TOKENS * bs:
-                    no_room = True
-                    break
-                freed += occupied
+            if cur_rem <= (n_running + len(batch) + 1) * (self._max_output + IGNORE_EOS_RESERVE_TOKENS):
+                if states is None:
+                    states = self._req_states(reached, batch)
+                else:
+                    _insert_state(states, req)
+                freed = 0
+                count = len(states)
+                for i, (left, occupied) in enumerate(states):
+                    bs = count - i
+                    if cur_rem + freed - left * bs <= IGNORE_EOS_RESERVE_TOKENS * bs:
+                        no_room = True
+                        break
+                    freed += occupied
             if no_room:  # NO_TOKEN
                 self.batch_is_full = bool(batch) or n_running > 0
                 break
@@ -278,6 +293,18 @@ class RankScheduler:
             waiting.popleft()
         return batch
 
+    def _req_states(self, reached: list[Request], batch: Batch) -> list[tuple[int, int]]:
+        """``req_states`` as ``add_one_req_ignore_eos`` has it once ``reached[-1]`` added its own: built at the
+        first request that got there (with the running batch and what was in the batch then), sorted, then one
+        insertion per later request."""
+        first = reached[0]
+        before = batch[:len(batch) - (len(reached) - 1)]  # the batch as it was when the first one got there
+        states = [(r.output - r.out, r.prompt + r.out) for r in (first, *self.running, *(b for b, _ in before)) if r.output > r.out]
+        states.sort(key=lambda s: s[0])
+        for req in reached[1:]:
+            _insert_state(states, req)
+        return states
+
     def finish_schedule(self, batch: Optional[Batch]) -> None:
         """End of ``get_new_batch_prefill``: the executor's finalize, then the tracker.
 
@@ -294,8 +321,7 @@ class RankScheduler:
         if batch:
             size = len(batch)
             if self._mixed:
-                finishing = {id(r) for r in self._in_flight if r.out + 1 >= r.output}
-                size += sum(1 for r in self.running if id(r) not in finishing)
+                size += sum(1 for r in self.running if not (r.flight and r.out + 1 >= r.output))
         self.tracker.end_pass(size, attempted)
 
     # ----- one pass: the forward and the results ---------------------------------
@@ -307,8 +333,6 @@ class RankScheduler:
         """
         page = self._page
         prefill_tokens = 0
-        pending = {id(r) for r in self._in_flight}
-        finishing = {id(r) for r in self._in_flight if r.out + 1 >= r.output}  # _reqs_finishing_inflight
         decoding: list[Request] = []
         if batch:
             for req, n in batch:
@@ -316,13 +340,16 @@ class RankScheduler:
                 req.prefilled += n
                 self.allocated += _ceil(req.prefilled, page) - before
                 prefill_tokens += n
-            if self._mixed:
-                decoding = [r for r in self.running if id(r) not in finishing]
+        if self._mixed or not batch:  # all but _reqs_finishing_inflight (last token in flight)
+            decoding = [r for r in self.running if not (r.flight and r.out + 1 >= r.output)]
+        if page == 1:
+            self.allocated += len(decoding)  # each step stores one more token's KV
         else:
-            decoding = [r for r in self.running if id(r) not in finishing]
-        for r in decoding:
-            kv = r.prompt + r.out + (1 if id(r) in pending else 0) - 1  # KV held: prompt and all outputs but the last
-            self.allocated += _ceil(kv + 1, page) - _ceil(kv, page)  # this step stores the last output's KV
+            for r in decoding:
+                # KV held: the prompt and all outputs but the last (a request in flight has one more);
+                # this step stores the last output's KV, a new page when the held ones are full.
+                if (r.prompt + r.out + r.flight - 1) % page == 0:
+                    self.allocated += page
         if self.allocated > self.peak_kv:
             self.peak_kv = self.allocated
         # running_batch as the launch leaves it: a mixed step empties it, a prefill step keeps it
@@ -338,6 +365,7 @@ class RankScheduler:
             for req, _ in batch:
                 if req.prefilled == req.prompt:
                     self.running.append(req)
+                    self._clipped_left += min(req.output - req.out, CLIP_MAX_NEW_TOKENS)
                     in_flight.append(req)
         self._launched = (in_flight, prefill_tokens > 0 or bool(decoding))
         return prefill_tokens, len(decoding)
@@ -349,23 +377,31 @@ class RankScheduler:
         """
         finished: list[Request] = []
         firsts = 0
-        for req in self._in_flight:
-            req.out += 1
-            if req.out == 1:
+        in_flight = self._in_flight
+        if self._max_output <= CLIP_MAX_NEW_TOKENS:  # every output left is within the clip: each term drops by 1
+            clipped = len(in_flight)
+        else:
+            clipped = sum(1 for req in in_flight if req.output - req.out <= CLIP_MAX_NEW_TOKENS)
+        for req in in_flight:
+            req.flight = False
+            out = req.out = req.out + 1
+            if out == 1:
                 req.first_token_s = t_result
                 firsts += 1
-            if req.out >= req.output:
+            if out >= req.output:
                 finished.append(req)
-        tokens = len(self._in_flight)
+        tokens = len(in_flight)
         if finished:
             page = self._page
-            gone = {id(r) for r in finished}
-            self.running = [r for r in self.running if id(r) not in gone]
+            self.running = [r for r in self.running if r.out < r.output]  # every running request but these has output left
             for req in finished:
                 req.finish_s = t_result
                 self.allocated -= _ceil(req.prompt + req.out - 1, page)
             self.batch_is_full = False
+        self._clipped_left -= clipped  # (a finished request's term is 0: nothing more when it leaves)
         self._in_flight, self._ran = self._launched
+        for req in self._in_flight:
+            req.flight = True
         self._launched = ([], False)
         self._last_extend = self._launched_extend
         return finished, tokens, firsts

@@ -24,7 +24,7 @@ from .errors import SimInputError
 class Request:
     """One request; times in simulated seconds."""
 
-    __slots__ = ("rid", "arrival", "prompt", "output", "prefilled", "out", "first_token_s", "finish_s", "rank", "client", "health_check")
+    __slots__ = ("rid", "arrival", "prompt", "output", "prefilled", "out", "flight", "first_token_s", "finish_s", "rank", "client", "health_check")
 
     def __init__(self, rid: int, arrival: float, prompt: int, output: int, client: Optional[int] = None,
                  health_check: bool = False) -> None:
@@ -34,6 +34,7 @@ class Request:
         self.output = output  # tokens to generate (the first comes from the last prefill chunk)
         self.prefilled = 0
         self.out = 0  # output tokens the scheduler has processed (one pass behind the forward)
+        self.flight = False  # the model backend: in the last pass's batch, its result not processed yet
         self.first_token_s: Optional[float] = None
         self.finish_s: Optional[float] = None
         self.rank = -1
