@@ -90,6 +90,7 @@ class RunResult:
         self.ask = bytearray()  # per pass x rank: ASK_*
         self.prefill = array("q")  # per pass x rank: prefill tokens
         self.decode = array("l")  # per pass x rank: requests decoded
+        self.new_seqs = array("l")  # per pass x rank: requests admitted from the queue (SGLang's log "#new-seq")
         self.running = array("l")  # per pass x rank, at the pass's start
         self.queue = array("l")  # per pass x rank, at the pass's start
         self.usage = array("d")  # per pass: mean token usage over ranks, at the pass's start
@@ -107,7 +108,7 @@ class RunResult:
     def recorder(self) -> Callable[..., None]:
         t0, dt, status, decision, ask = self.t0, self.dt, self.status, self.decision, self.ask
         prefill, running, queue, usage, out_tokens = self.prefill, self.running, self.queue, self.usage, self.out_tokens
-        decode = self.decode
+        decode, new_seqs = self.decode, self.new_seqs
         codes = {(e, r): (STATUS_CODES[e] << 3) | REASON_CODES[r] for e in ESTIMATIONS for r in REASONS}
         dp = self.dp
         trace = self.trace if self.config.trace else None
@@ -130,6 +131,7 @@ class RunResult:
                     ask.append(ASK_ADMIT_ALLOWED if o.allow else ASK_ADMIT_VETOED)
                 prefill.append(work[i][0])
                 decode.append(work[i][1])
+                new_seqs.append(len(r.admitted))
                 running.append(r.running_at_start)
                 queue.append(r.queue_at_start)
                 total_usage += r.usage_at_start
@@ -165,6 +167,26 @@ class RunResult:
     def window_start(self) -> int:
         """Index of the first pass of the measured window."""
         return bisect.bisect_left(self.t0, self.config.warmup_s)
+
+    def new_seqs_per_window(self, window_s: float = 30.0) -> list[list[int]]:
+        """Each whole ``window_s`` of the measured window: every rank's new sequences (admissions), as the
+        reporter of SGLang #35241 counted them (``#new-seq`` of the prefill-batch log lines per 30 s)."""
+        dp, t0 = self.dp, self.t0
+        k0 = self.window_start()
+        if k0 >= self.passes:
+            return []
+        start = t0[k0]
+        windows = int((self.end_s - start) // window_s)
+        counts = [[0] * dp for _ in range(windows)]
+        new_seqs = self.new_seqs
+        for k in range(k0, self.passes):
+            w = int((t0[k] - start) // window_s)
+            if w >= windows:
+                break
+            row = counts[w]
+            for i in range(dp):
+                row[i] += new_seqs[k * dp + i]
+        return counts
 
     def summary(self) -> Summary:
         if self._summary is None:
