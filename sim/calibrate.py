@@ -22,6 +22,7 @@ from .report import decisions_table, header, table
 from .result import RunResult
 
 DRIFTED = "3,3,0,2,3,3,2,3"  # the draw of --drift random:3 with --seed 0: a drift the delayer does not repair
+MAX_RANK_SLOPE = (1.397 - 0.040) / 16384  # #35241's full 16k-chunk pass as one rank's slope, over the 40 ms floor
 
 
 def run(argv: Sequence[str]) -> list[RunResult]:
@@ -137,6 +138,11 @@ def sensitivity() -> str:
     for idle in ("0.0005", "0.005"):
         (r,) = run([*base, "--cost-idle-pass", idle])
         rows.append(health_row(f"a pass without a forward {1000 * float(idle):g} ms", r))
+    # The cost of a pass where only some ranks prefill: the fitted MoE term makes it cheap; a pass
+    # as long as its slowest rank (no MoE term, the whole 1.397 s on the attention slope) is the other end.
+    for dispatch in ("shared", "separate"):
+        (r,) = run([*base[:-1], dispatch, "--cost-moe-token", "0", "--cost-attn-token", f"{MAX_RANK_SLOPE:.4g}"])
+        rows.append(health_row(f"{dispatch} dispatch, pass cost the slowest rank's ({MAX_RANK_SLOPE:.4g} s per token, no MoE term)", r))
     return "\n".join(rows)
 
 
