@@ -30,6 +30,22 @@ def reasons_of(profile: Optional[str]) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
+class PassTrace:
+    """One rank in one pass, as the differential test compares the backends."""
+
+    negotiated: Optional[tuple[int, int, int, int]]  # negotiate's (running, max_prefill_bs, max_running, queue), if prefillable
+    chunk: bool  # the negotiation came from add_chunked_req
+    verdict: Optional[bool]
+    decision: str  # gathered status / reason
+    running: int  # running requests at the admission
+    queue: int  # waiting requests at the admission
+    admitted: tuple[int, ...]  # request ids admitted from the queue
+    prefilled: tuple[tuple[int, int], ...]  # (request id, tokens) prefilled this pass
+    decode: int  # requests decoded this pass
+    finished: tuple[int, ...]  # request ids whose last token the result processing of this pass committed
+
+
+@dataclass(frozen=True)
 class Summary:
     """The table's figures over the measured window (``warmup_s`` to the end)."""
 
@@ -80,6 +96,8 @@ class RunResult:
         self.allowed = bytearray()  # per pass x rank: the verdict let the rank prefill
         self.ask = bytearray()  # per pass x rank: ASK_*
         self.prefill = array("q")  # per pass x rank: prefill tokens
+        self.decode = array("l")  # per pass x rank: requests decoded
+        self.new_seqs = array("l")  # per pass x rank: requests admitted from the queue (SGLang's log "#new-seq")
         self.running = array("l")  # per pass x rank, at the pass's start
         self.queue = array("l")  # per pass x rank, at the pass's start
         self.usage = array("d")  # per pass: mean token usage over ranks, at the pass's start
@@ -88,6 +106,8 @@ class RunResult:
         self.requests: list[Any] = []
         self.negotiations: list[int] = []  # each rank's delayer passes (one per scheduler pass)
         self.peak_kv = 0  # the most KV tokens any rank held
+        self.health_checks: list[tuple[float, int, bool]] = []  # each probe: (sent at, rank, taken in: False if dropped)
+        self.trace: list[tuple["PassTrace", ...]] = []  # per pass, per rank (only with SimConfig.trace)
         self._summary: Optional[Summary] = None
 
     # ----- recording -----------------------------------------------------------
@@ -95,32 +115,50 @@ class RunResult:
     def recorder(self) -> Callable[..., None]:
         t0, dt, status, decision, ask, allowed = self.t0, self.dt, self.status, self.decision, self.ask, self.allowed
         prefill, running, queue, usage, out_tokens = self.prefill, self.running, self.queue, self.usage, self.out_tokens
+        decode, new_seqs = self.decode, self.new_seqs
         width = len(self.reasons)
         codes = {(e, r): STATUS_CODES[e] * width + i for e in ESTIMATIONS for i, r in enumerate(self.reasons)}
         dp = self.dp
+        trace = self.trace if self.config.trace else None
 
-        def record(now, pass_s, ranks, outcomes, batches, work, asks, tokens) -> None:
+        def record(now, pass_s, group, work, finished, tokens) -> None:
             t0.append(now)
             dt.append(pass_s)
+            outcomes = group.outcomes
             status.append(STATUS_CODES[outcomes[0].estimation])
             total_usage = 0.0
             for i in range(dp):
                 o = outcomes[i]
                 decision.append(codes[(o.estimation, o.reason)])
                 allowed.append(o.allow)
-                r = ranks[i]
-                if asks[i] is None:
+                r = group.ranks[i]
+                if r.negotiated is None and not r.gate_refused:
                     ask.append(ASK_NONE)
                 elif r.negotiated_for_chunk:
                     ask.append(ASK_CHUNK)
                 else:
                     ask.append(ASK_ADMIT_ALLOWED if o.allow else ASK_ADMIT_VETOED)
                 prefill.append(work[i][0])
+                decode.append(work[i][1])
+                new_seqs.append(len(r.admitted))
                 running.append(r.running_at_start)
                 queue.append(r.queue_at_start)
                 total_usage += r.usage_at_start
             usage.append(total_usage / dp)
             out_tokens.append(tokens)
+            if trace is not None:
+                negotiates = group.gather is not None  # without a delayer nothing negotiates
+                trace.append(tuple(
+                    PassTrace(
+                        negotiated=r.negotiated if negotiates else None, chunk=r.negotiated_for_chunk and negotiates,
+                        verdict=r.verdict if negotiates else None,
+                        decision=self.decision_name(decision[-dp + i]), running=r.running_at_start, queue=r.queue_at_start,
+                        admitted=tuple(q.rid for q in r.admitted),
+                        prefilled=tuple((q.rid, n) for q, n in (r.batch or ())),
+                        decode=work[i][1], finished=tuple(q.rid for q in finished[i] if not q.health_check),
+                    )
+                    for i, r in enumerate(group.ranks)
+                ))
 
         return record
 
@@ -145,6 +183,26 @@ class RunResult:
     def window_start(self) -> int:
         """Index of the first pass of the measured window."""
         return bisect.bisect_left(self.t0, self.config.warmup_s)
+
+    def new_seqs_per_window(self, window_s: float = 30.0) -> list[list[int]]:
+        """Each whole ``window_s`` of the measured window: every rank's new sequences (admissions), as the
+        reporter of SGLang #35241 counted them (``#new-seq`` of the prefill-batch log lines per 30 s)."""
+        dp, t0 = self.dp, self.t0
+        k0 = self.window_start()
+        if k0 >= self.passes:
+            return []
+        start = t0[k0]
+        windows = int((self.end_s - start) // window_s)
+        counts = [[0] * dp for _ in range(windows)]
+        new_seqs = self.new_seqs
+        for k in range(k0, self.passes):
+            w = int((t0[k] - start) // window_s)
+            if w >= windows:
+                break
+            row = counts[w]
+            for i in range(dp):
+                row[i] += new_seqs[k * dp + i]
+        return counts
 
     def summary(self) -> Summary:
         if self._summary is None:

@@ -54,14 +54,15 @@ def sim_words(rel: str) -> set[str]:
     (``sim.policy_site.Facts``, named as SGLang's scheduler names them) and the SGLang delayer options its
     simulated server takes (``sim.config.DELAYER_SETTINGS``) are its own words, as is the executor API's
     ``local_prefillable``; its calibration scenarios (``options.SCENARIOS``, ``calibrate``) reproduce SGLang
-    issues on the releases they were reported on, so they name those profiles."""
+    issues on the releases they were reported on, and the differential workloads (``differential``) pick
+    profiles, so they name them."""
     if not rel.startswith("sim/"):
         return set()
     from prefill_delayer.sim.config import DELAYER_SETTINGS
     from prefill_delayer.sim.policy_site import Facts
 
     words = set(Facts._fields) | set(DELAYER_SETTINGS) | {"local_prefillable"}
-    if rel in ("sim/options.py", "sim/calibrate.py"):
+    if rel in ("sim/options.py", "sim/calibrate.py", "sim/differential.py"):
         words |= {name for pol in registry.policies() for name in (*pol.profile_names, *pol.release_aliases)}
     return words
 
