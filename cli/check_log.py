@@ -24,6 +24,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--traces", metavar="DIR", help="write each flagged window as a trace `prefill-delayer replay` reproduces")
     parser.add_argument("--plot", metavar="FILE.png", help="draw a per-rank timeline of decisions and the delay-run histogram "
                         f"({', '.join(PLOT_SUFFIXES)}; needs matplotlib)")
+    parser.add_argument("--exact", action="store_true",
+                        help="re-fire every pass through the transitions machine (default: the spec evaluated on columns, "
+                        "and the machine on every pass that flags plus a random sample)")
+    parser.add_argument("--sample", type=float, default=None, metavar="SHARE",
+                        help="share of passes the default path also re-fires through the machine (default 0.005)")
+    parser.add_argument("--jobs", type=int, default=None, metavar="N", help="worker processes (default: every core, for logs of "
+                        "more than a few chunks)")
+    parser.add_argument("--digest", metavar="FILE", help="also write this node's digest (agreement and group invariants still "
+                        "to check across nodes) for --merge")
+    parser.add_argument("--merge", action="store_true",
+                        help="the paths are digest files written by --digest on each node: check agreement and the run "
+                        "invariants across them, without the logs")
     parser.add_argument(
         "--own-profile",
         action="store_true",
@@ -37,15 +49,21 @@ def outputs(args: Any) -> Outputs:
     """The outputs, and the inputs they must not be: the paths given and every log file read from a folder."""
     from ..conformance.logread import expand
 
-    inputs = [*args.paths, *expand(args.paths)]
+    inputs = [*args.paths, *([] if args.merge else expand(args.paths))]  # --merge's paths are digest files
     return (Outputs(inputs).file("--json", args.json).folder("--traces", args.traces)
-            .file("--plot", args.plot, suffixes=PLOT_SUFFIXES))
+            .file("--plot", args.plot, suffixes=PLOT_SUFFIXES).file("--digest", args.digest))
 
 
 def options_problem(args: Any) -> Optional[str]:
     """The first bad option (or unreadable input path), before any work starts."""
     from ..conformance.logread import LogError
 
+    if args.sample is not None and not 0.0 <= args.sample <= 1.0:
+        return f"--sample must be a share in [0, 1], got {args.sample}"
+    if args.jobs is not None and args.jobs < 1:
+        return f"--jobs must be an integer >= 1, got {args.jobs}"
+    if args.merge and (args.traces is not None or args.plot is not None or args.digest is not None or args.exact):
+        return "--merge reads digests, not logs: --traces, --plot, --digest and --exact need the logs"
     try:
         problem = outputs(args).problem()
     except LogError as exc:
@@ -69,11 +87,28 @@ def _nothing_to_check(data: dict[str, Any]) -> Optional[str]:
     return f"nothing to check: no pass is logged in {', '.join(files)}, only {held} (the delayer ran no pass while it logged)"
 
 
+def _progress() -> Any:
+    """A line on stderr every few seconds of a long check (none for a short one)."""
+    import time
+
+    t0 = time.monotonic()
+    last = [t0]
+
+    def say(text: str) -> None:
+        now = time.monotonic()
+        if now - last[0] >= 5.0:
+            last[0] = now
+            print(f"prefill-delayer check-log: {text} checked ({now - t0:.0f} s)", file=sys.stderr, flush=True)
+
+    return say
+
+
 def main(args: Any) -> int:
     from ..conformance import check_logs
     from ..conformance.logread import LogError
     from ..conformance.summary import text
 
+    progress = _progress()
     plan = outputs(args)
     with plan.writing() as out:
         write = None
@@ -81,7 +116,17 @@ def main(args: Any) -> int:
             def write(path: Any, content: str) -> str:
                 return out.write_in("--traces", path.name, content)
         try:
-            report, data, written = check_logs(args.paths, own_profile=args.own_profile, traces=args.traces, write=write)
+            if args.merge:
+                from ..conformance.digest import merge_digests
+
+                report, data = merge_digests(args.paths, jobs=args.jobs)
+                written = None
+            else:
+                digest = out.path("--digest") if args.digest is not None else None
+                report, data, written = check_logs(args.paths, own_profile=args.own_profile, traces=args.traces,
+                                                   exact=args.exact, sample=args.sample, jobs=args.jobs,
+                                                   plot=args.plot is not None, progress=progress, digest=digest,
+                                                   write=write)
         except LogError as exc:
             problem: Optional[str] = str(exc)
         else:

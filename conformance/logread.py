@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Optional, Sequence
 
-from ..runtime.envelope import Envelope
+from ..runtime.reduce import envelope_for
 from ..spec.config import Config
+from ..spec.policy import ALL_GATHER
 from ..spec.errors import ConfigError
 from ..spec.fields import BOOL, CONTROL, COUNT, OPT_SECONDS, REASON, SECONDS, TEXT, USAGE
 from ..spec.schema import HEADER_KEYS, KIND_FAIL, KIND_HEADER, KIND_PASS, KIND_SET, LOG_FORMATS_READ, TRACE_TOP_KEYS, decision_keys, state_keys
@@ -88,7 +89,7 @@ class RankLog:
 
     def __post_init__(self) -> None:
         self.schema = LineSchema.of(self.config)
-        self.flat_len = self.config.world_size * self.schema.row_len
+        self.flat_len = self.config.policy.received_rows(self.config) * self.schema.row_len
 
     @property
     def rank(self) -> int:
@@ -199,7 +200,7 @@ class LineSchema:
         policy = config.policy
         found = cls._cache.get(policy.name)
         if found is None:
-            found = cls._cache[policy.name] = cls(policy, Envelope(config).row_len)
+            found = cls._cache[policy.name] = cls(policy, envelope_for(config).row_len)
         return found
 
     def _ok(self, kind: str, v: Any) -> bool:
@@ -289,7 +290,7 @@ def _pass_problem(o: dict[str, Any], log: RankLog) -> Optional[str]:
     problem = schema.readings_problem(o)
     if problem:
         return problem
-    rows, n = o["rows"], log.config.world_size
+    rows, n = o["rows"], log.config.policy.received_rows(log.config)  # every rank's row, or one reduced row
     if not isinstance(rows, list) or len(rows) != n * schema.row_len or not set(map(type, rows)) <= _INTLIKE:
         got = f"{len(rows)} entries" if isinstance(rows, list) else _type_name(rows)
         return f"field 'rows' expected {n * schema.row_len} integers ({n} ranks of {schema.row_len}), got {got}"
@@ -357,6 +358,9 @@ def parse_header(o: dict[str, Any]) -> tuple[dict[str, Any], Config]:
         raise ValueError(f"its configuration is invalid in this build: {exc}") from None
     if config.world_size != o["world_size"]:
         raise ValueError(f"world_size {o['world_size']} but its configuration has {config.world_size} ranks in the gather")
+    if config.policy.collective != ALL_GATHER:  # a reduced row holds no rank's own row to re-fire it from
+        raise ValueError(f"a log of {config.policy.title}, whose collective is an {config.policy.collective}: check-log "
+                         "reads logs of all-gather policies only (each line records the reduced row, not the rank's own)")
     gr = o["group_rank"]
     if gr is not None and not (_is_count(gr) and gr < config.world_size):
         raise ValueError(f"field 'group_rank' expected null or an integer in [0, {config.world_size}), got {_show(gr)}")
@@ -423,7 +427,7 @@ def expand(paths: Sequence[str]) -> list[Path]:
     return unique
 
 
-def _other_document(o: Any, name: str) -> Optional[str]:
+def other_document(o: Any, name: str) -> Optional[str]:
     """What a JSON document given as a log is, when it is one of this package's other files."""
     if not isinstance(o, dict):
         return None
@@ -437,7 +441,7 @@ def _other_document(o: Any, name: str) -> Optional[str]:
     return None
 
 
-def _whole_file_document(path: Path) -> Any:
+def whole_file_document(path: Path) -> Any:
     """The file as one JSON document (a trace or a report is indented over many lines), or None (not one, or too big)."""
     try:
         if path.stat().st_size > 64 * 2**20:
@@ -476,13 +480,13 @@ class _Reader:
                             self.empty.append(note)
                             self.nothing.append(f"{name}: its only line is cut short ({len(raw)} bytes)")
                         break
-                    other = _other_document(_whole_file_document(path), name) if lineno == 1 else None
+                    other = other_document(whole_file_document(path), name) if lineno == 1 else None
                     if other is not None:
                         raise LogError(other) from None
                     what = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc).split(";")[0]
                     raise LogError(f"{name}:{lineno}: not JSON ({what})") from None
                 kind = o.get("kind") if isinstance(o, dict) else None
-                other = _other_document(o, name) if lineno == 1 and kind is None else None
+                other = other_document(o, name) if lineno == 1 and kind is None else None
                 if other is not None:
                     raise LogError(other)
                 try:

@@ -86,6 +86,20 @@ class Config(Layout):
 
     # ----- validation, for the subclasses' __post_init__ ---------------------------------
 
+    def _apply_profile_defaults(self) -> None:
+        """Give every parameter left ``None`` the value its profile's default set has for it (``Profile.defaults``).
+
+        An unknown profile is left to ``_validate``, which names the known ones.
+        """
+        from .registry import known_profile, policy_of, resolve_profile
+
+        if not known_profile(self.profile):  # type: ignore[attr-defined]
+            return
+        name = resolve_profile(self.profile)  # type: ignore[attr-defined]
+        for param, value in policy_of(name).profile(name).defaults:
+            if getattr(self, param) is None:
+                object.__setattr__(self, param, value)
+
     def _validate(self, params: tuple[Param, ...]) -> None:
         """Check every parameter, resolve the profile, and check the layout's size."""
         from .registry import policy_of, resolve_profile
@@ -130,3 +144,14 @@ class Config(Layout):
         """A 62-bit hash of every field, sent in each gathered row to detect mismatched ranks."""
         blob = json.dumps(self.as_dict(), sort_keys=True).encode()
         return int.from_bytes(hashlib.sha256(blob).digest()[:8], "big") >> 2
+
+
+class SymLayout(Layout):
+    """``Layout`` with the profile's features, for a proofs' configuration (``ProofHooks.sym_config``) whose
+    dataclass has a ``profile`` field, as ``Config`` reads them from its own."""
+
+    @property
+    def features(self) -> frozenset[str]:
+        from .registry import policy_of
+
+        return policy_of(self.profile).features_of(self.profile)  # type: ignore[attr-defined, no-any-return]

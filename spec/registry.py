@@ -19,9 +19,13 @@ DEFAULT_PROFILE = "seed"  # what a configuration without a profile is: SGLang 0.
 @functools.lru_cache(maxsize=1)
 def policies() -> tuple[Policy, ...]:
     """Every policy, loaded on first use (the policy modules import the spec's core, not this module)."""
-    from .policies import prefill_decode_interval, sglang_delayer, trtllm_adp_balance, vllm_prefill_cadence
+    from .policies import (
+        atom_930, atom_coalescer, prefill_decode_interval, sglang_delayer, sglang_lockstep, trtllm_adp_balance,
+        vllm_prefill_cadence,
+    )
 
-    found = (sglang_delayer.POLICY, prefill_decode_interval.POLICY, vllm_prefill_cadence.POLICY, trtllm_adp_balance.POLICY)
+    found = (sglang_delayer.POLICY, prefill_decode_interval.POLICY, vllm_prefill_cadence.POLICY, trtllm_adp_balance.POLICY,
+             atom_coalescer.POLICY, atom_930.POLICY, sglang_lockstep.POLICY)
     names = [p for pol in found for p in pol.profile_names]
     owner = {a: pol.name for pol in found for a in pol.release_aliases}
     clash = [a for pol in found for a in pol.release_aliases if a in names and pol.release_aliases[a] != a]
@@ -79,8 +83,13 @@ def resolve_host_profile(name: Any) -> str:
         return profile
     hosts = host_profiles()
     releases = ", ".join(a for pol in policies() if pol.host is not None for a in pol.release_aliases)
-    why = (f"profile {name!r} is of policy {_by_profile()[profile].name}, which SGLang's PrefillDelayer does not run"
-           if profile is not None else f"unknown profile {name!r}")
+    if profile is None:
+        why = f"unknown profile {name!r}"
+    else:
+        pol = _by_profile()[profile]
+        no_host = pol.extras.get("no_host")
+        why = (f"profile {name!r} is of policy {pol.name}, which SGLang's PrefillDelayer does not run"
+               + (f" ({no_host})" if no_host else ""))
     raise ConfigError(f"{why}: expected one of {', '.join(hosts)}, or a release: {releases}")
 
 

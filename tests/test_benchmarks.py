@@ -25,10 +25,12 @@ def test_the_simulator_benchmark_exits_1_when_it_misses(monkeypatch: pytest.Monk
 
 
 def test_the_decision_log_benchmark_exits_1_when_it_misses(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
-    argv = ["--passes", "200", "--rounds", "1", "--check-passes", "200"]
+    argv = ["--passes", "200", "--rounds", "1", "--records", "3200", "--exact-records", "1600", "--jobs", "1"]
     monkeypatch.setenv("PREFILL_DELAYER_CROSSCHECK", "1")  # the benchmark unsets it; it comes back after the test
     monkeypatch.setattr(decision_log, "CHECK_TARGET_PER_S", 10**12)
     monkeypatch.setattr(decision_log, "RUNTIME_TARGET_US", 1e9)
+    monkeypatch.setattr(decision_log, "BYTES_TARGET", 10**9)
+    monkeypatch.setattr(decision_log, "RSS_TARGET_MB", 10**9)
     assert decision_log.main(argv) == 1
     last = capsys.readouterr().out.splitlines()[-1]
     assert last.startswith("MISSED TARGET: check-log reads ") and "fewer than 1,000,000,000,000" in last

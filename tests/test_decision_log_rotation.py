@@ -26,7 +26,7 @@ def _run(passes: int, flush_every: int, **kw: object) -> None:
 def test_no_file_passes_one_megabyte(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(DECISION_LOG_ENV, str(tmp_path))
     monkeypatch.setenv(MAX_MB_ENV, "1")
-    _run(4000, flush_every=1500)  # each drain holds well over a quarter of a file's lines
+    _run(16000, flush_every=6000)  # format 2: about 150 bytes a line; each drain holds over a quarter of a file
     files = sorted(tmp_path.iterdir(), key=lambda p: p.name)
     assert [p.name for p in files] == ["rank0.jsonl", "rank0.jsonl.1", "rank0.jsonl.2"], files
     line = max(len(x) for x in (tmp_path / "rank0.jsonl.1").read_bytes().splitlines(keepends=True))
@@ -35,7 +35,7 @@ def test_no_file_passes_one_megabyte(tmp_path: Path, monkeypatch: pytest.MonkeyP
     for p in files[1:]:  # a rotated file was full: one more line would not have fit
         assert p.stat().st_size > LIMIT - line, (p.name, p.stat().st_size)
     rc, out, err = check_log(str(tmp_path))
-    assert rc == 0 and "4000 pass records" in out, out + err
+    assert rc == 0 and "16000 pass records" in out, out + err
 
 
 def test_a_line_longer_than_the_limit_still_gets_a_file_of_its_own(tmp_path: Path) -> None:

@@ -73,7 +73,7 @@ def resolve(setting: str) -> Choice:
             )
         profile = resolve_host_profile(f"sglang-{version}")
     else:
-        try:
+        try:  # a profile of a policy without a host binding is refused here, at start-up, with why
             profile = resolve_host_profile(setting)
         except ConfigError as err:
             raise ConfigError(f"{err}; or {INSTALLED!r}, the installed SGLang's own") from None

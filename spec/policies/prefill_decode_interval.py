@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
+from .dp_scope import Family, Scope, families
 from ..config import Config, Layout, count_in, layout_params
 from ..fields import BOOL, COUNT, MAX_COUNT, REASON, Field
 from ..glossary import ARG, CONFIG, LOCAL, VIEW, Symbol
@@ -374,21 +375,6 @@ def reference_row(o: Any, c: Any, inp: Any, s: Any) -> list:
 # ----- what the proofs range over ------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Family:
-    profile: str
-    enable_dp_attention: bool
-    dp_size: Optional[int] = None
-
-    def label(self) -> str:
-        return f"{self.profile}/{'dp-attn' if self.enable_dp_attention else 'tp-only'}"
-
-
-@dataclass(frozen=True)
-class Scope:
-    dp_size: Optional[int] = None
-
-
 @dataclass
 class SymConfig(Layout):
     profile: str
@@ -402,10 +388,6 @@ class SymConfig(Layout):
     @property
     def features(self) -> frozenset[str]:
         return _PROFILE[self.profile].features
-
-
-def families(profile: str, scope: Scope) -> list[Family]:
-    return [Family(profile, dp_attn, scope.dp_size) for dp_attn in (True, False)]
 
 
 def sym_config(o: Any, fam: Family, tag: str = "") -> SymConfig:
@@ -505,7 +487,7 @@ POLICY = Policy(
                       "prefill_decode_interval", "prefill_decode_interval_min_bs", "attn_cp_size")),
     log=LogSchema(
         readings=(("running_batch", "running_batch"), ("extended", "extended")),
-        inputs_from_row=lambda row, r: GateInput(r["running_batch"], r["extended"]),
+        inputs_from_row=lambda o, row, r: GateInput(r["running_batch"], r["extended"]),
     ),
     proof=ProofHooks(
         outputs=("output_reason", "output_allow"),
@@ -533,7 +515,8 @@ POLICY = Policy(
     ),
     host=None,  # SGLang's delayer call sites do not reach it: it is a scheduler method, before them
     sim=SimBinding(call_site="gate", inputs=_sim_inputs, idle_inputs=_sim_inputs,
-                   outcome=lambda d: ("", d.output_allow, d.output_reason, 0)),
+                   outcome=lambda d: ("", d.output_allow, d.output_reason, 0),
+                   colours={"no_interval": "#2ca02c", "small_batch": "#1f77b4", "decode_interval": "#d62728"}),
     extras={"docs": {
         "engine": "SGLang",
         "releases_intro": "SGLang 0.5.23's `Scheduler._should_defer_prefill` and `_arm_prefill_decode_interval` "

@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
+from .dp_scope import Family, Scope, families
 from ..config import Config, Layout, count_in, layout_params
 from ..fields import BOOL, COUNT, MAX_COUNT, REASON, Field
 from ..glossary import CONFIG, LOCAL, VIEW, Symbol
@@ -62,7 +63,7 @@ FEATURES = (
         why="a run of holds longer than timeout_iters + batching_wait_iters keeps every rank's prefill back",
         upstream=(),
         since=None,
-        shows_in=("timed_out", "batching_owed"),
+        shows_in=("timed_out", "batching_owed", "batch_hold", "batch"),
         invariant="bounded-delay",
     ),
 )
@@ -179,7 +180,7 @@ def local_domain(o: Any, c: Any, st: Any, now: Any, inp: Any) -> list:
 ROW = (
     Field("no_ctx", BOOL, "the rank has no context request (num_ctx == 0)"),
     Field("no_gen", BOOL, "the rank has no generation request (num_gen == 0)"),
-    Field("full", BOOL, "the rank has no free slot (num_gen >= max_batch_size)"),
+    Field("batch_full", BOOL, "the rank has no free slot (num_gen >= max_batch_size)"),
 )
 
 
@@ -198,7 +199,7 @@ VIEW_FOLD = (
     Agg("n", "count", None, doc="counted rows"),
     Agg("no_ctx_any", "any", "no_ctx", COUNTED),
     Agg("no_gen_any", "any", "no_gen", COUNTED),
-    Agg("full_any", "any", "full", COUNTED),
+    Agg("full_any", "any", "batch_full", COUNTED),
 )
 
 
@@ -412,21 +413,6 @@ def reference_row(o: Any, c: Any, inp: Any, s: Any) -> list:
 # ----- what the proofs range over ------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Family:
-    profile: str
-    enable_dp_attention: bool
-    dp_size: Optional[int] = None
-
-    def label(self) -> str:
-        return f"{self.profile}/{'dp-attn' if self.enable_dp_attention else 'tp-only'}"
-
-
-@dataclass(frozen=True)
-class Scope:
-    dp_size: Optional[int] = None
-
-
 @dataclass
 class SymConfig(Layout):
     profile: str
@@ -441,10 +427,6 @@ class SymConfig(Layout):
     @property
     def features(self) -> frozenset[str]:
         return _PROFILE[self.profile].features
-
-
-def families(profile: str, scope: Scope) -> list[Family]:
-    return [Family(profile, dp_attn, scope.dp_size) for dp_attn in (True, False)]
 
 
 def sym_config(o: Any, fam: Family, tag: str = "") -> SymConfig:
@@ -559,7 +541,7 @@ POLICY = Policy(
                       "timeout_iters", "batching_wait_iters", "max_batch_size", "attn_cp_size")),
     log=LogSchema(
         readings=(("num_ctx", "num_ctx"), ("num_gen", "num_gen")),
-        inputs_from_row=lambda row, r: BalanceInput(r["num_ctx"], r["num_gen"]),
+        inputs_from_row=lambda o, row, r: BalanceInput(r["num_ctx"], r["num_gen"]),
     ),
     proof=ProofHooks(
         outputs=("output_reason", "output_allow"),

@@ -37,8 +37,9 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
+from .dp_scope import Family, Scope, families
 from ..config import Config, Layout, count_in, layout_params
 from ..fields import BOOL, COUNT, MAX_COUNT, REASON, Field
 from ..glossary import CONFIG, LOCAL, VIEW, Symbol
@@ -426,21 +427,6 @@ def reference_row(o: Any, c: Any, inp: Any, s: Any) -> list:
 # ----- what the proofs range over ------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Family:
-    profile: str
-    enable_dp_attention: bool
-    dp_size: Optional[int] = None
-
-    def label(self) -> str:
-        return f"{self.profile}/{'dp-attn' if self.enable_dp_attention else 'tp-only'}"
-
-
-@dataclass(frozen=True)
-class Scope:
-    dp_size: Optional[int] = None
-
-
 @dataclass
 class SymConfig(Layout):
     profile: str
@@ -454,10 +440,6 @@ class SymConfig(Layout):
     @property
     def features(self) -> frozenset[str]:
         return _PROFILE[self.profile].features
-
-
-def families(profile: str, scope: Scope) -> list[Family]:
-    return [Family(profile, dp_attn, scope.dp_size) for dp_attn in (True, False)]
 
 
 def sym_config(o: Any, fam: Family, tag: str = "") -> SymConfig:
@@ -564,7 +546,7 @@ POLICY = Policy(
                       "prefill_schedule_interval", "dp_sync_interval", "attn_cp_size")),
     log=LogSchema(
         readings=(),
-        inputs_from_row=lambda row, r: CadenceInput(not row[1], bool(row[2]), bool(row[0])),
+        inputs_from_row=lambda o, row, r: CadenceInput(row[1] == 0, o.Not(row[2] == 0), o.Not(row[0] == 0)),
     ),
     proof=ProofHooks(
         outputs=("output_reason", "output_allow"),
