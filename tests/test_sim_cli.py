@@ -23,8 +23,12 @@ def test_prints_a_table_per_profile_and_the_decisions(capsys):
     out, err = capsys.readouterr()
     assert err == ""  # no progress bar: stderr is not a terminal
     assert "| profile | max_prefill_bs tracker | passes | input tok/s" in out
-    for row in ("| seed | lifetime | 120 |", "| sglang-0.5.20 | window | 120 |", "| off | window | 120 |"):
+    for row in ("| seed | lifetime | ", "| sglang-0.5.20 | window | ", "| off | window | "):
         assert row in out
+    # the pass cap (120) ends the first run to reach it; the others run to the same simulated time
+    passes = [int(line.split("|")[3]) for line in out.splitlines() if line.startswith(("| seed ", "| sglang-0.5.20 ", "| off "))
+              and line.split("|")[3].strip().isdigit()]
+    assert len(passes) == 3 and max(passes) == 120, passes
     assert "Decisions by status/reason" in out and "Cost: pass_s = max(" in out
 
 
