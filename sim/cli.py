@@ -37,6 +37,7 @@ _APPLIES = {
 _WORKLOAD_KEYS = (*_APPLIES, "wave", "wave_prompt_tokens", "wave_output_tokens")
 # sim.plot saves the figure, then re-saves it as a palette PNG (its ``_shrink``): PNG is all it writes.
 PLOT_SUFFIXES = (".png",)
+MAX_DP_SIZE = 256  # a pass's cost grows with the ranks (every rank's gather); past this one pass takes seconds
 _REQUIRED = {
     "poisson": ("rate", "prompt_tokens", "output_tokens"),
     "bursty": ("rate", "burst", "prompt_tokens", "output_tokens"),
@@ -67,6 +68,9 @@ def build(args: argparse.Namespace) -> tuple[SimConfig, list[Variant], Workload,
         _pyplot()  # matplotlib is there, before the run rather than after it
     if "duration" in given and "passes" not in given:
         s["passes"] = sys.maxsize  # --duration alone: the run ends at that simulated time, not at 10,000 passes
+    dp = s["dp_size"]
+    if isinstance(dp, bool) or not isinstance(dp, int) or not 1 <= dp <= MAX_DP_SIZE:
+        raise SimInputError(f"--dp-size must be an integer in [1, {MAX_DP_SIZE}], got {dp!r}")
     config = _config(s)
     workload = _workload(s, given, config)
     tracker = s["tracker"]
@@ -152,6 +156,7 @@ def _workload(s: dict[str, Any], given: set[str], config: SimConfig) -> Workload
     else:
         prompt = Lengths.parse(s["prompt_tokens"], "--prompt-tokens")
         output = Lengths.parse(s["output_tokens"], "--output-tokens")
+        _rate_within_capacity(s["rate"], config)
         if kind == "poisson":
             main = Poisson(rate=s["rate"], prompt=prompt, output=output)
         elif kind == "bursty":
@@ -173,6 +178,20 @@ def _workload(s: dict[str, Any], given: set[str], config: SimConfig) -> Workload
         output=Lengths.parse(wave_output, "--wave-output-tokens"),
     )
     return Mix((burst, main))
+
+
+def _rate_within_capacity(rate: Any, config: SimConfig) -> None:
+    """Refuse an arrival rate past anything the group could run: more requests arriving in one shortest pass than
+    every rank's running slots together. Such a run never ends its passes (each pass admits a flood of arrivals)
+    and its queues grow without bound; no comparison is read from it."""
+    if rate is None or isinstance(rate, bool) or not isinstance(rate, (int, float)):
+        return
+    slots = config.dp_size * config.max_running_requests
+    if rate * config.cost.floor_s > slots:
+        raise SimInputError(
+            f"--rate {rate:g}: {rate * config.cost.floor_s:,.0f} requests would arrive in one {config.cost.floor_s:g} s pass, "
+            f"more than the {slots} requests all {config.dp_size} ranks run at once; at most "
+            f"{slots / config.cost.floor_s:,.0f} req/s here")
 
 
 def _drift(text: Optional[str], dp_size: int) -> tuple:

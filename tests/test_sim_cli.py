@@ -87,7 +87,7 @@ BAD = [
     (["--rate", "0"], "rate must be a finite number of requests per second > 0, got 0.0"),
     (["--rate", "-2"], "rate must be a finite number of requests per second > 0, got -2.0"),
     (["--chunked-prefill-size", "0"], "chunked_prefill_size (the chunk budget)=0: expected an integer >= 1"),
-    (["--dp-size", "0"], "dp_size (ranks)=0: expected an integer >= 1"),
+    (["--dp-size", "0"], "--dp-size must be an integer in [1, 256], got 0"),
     (["--profile", "sglang-9.9"], "unknown profile 'sglang-9.9': expected one of seed, sglang-0.5.17"),
     (["--passes", "0"], "passes=0: expected an integer >= 1"),
     (["--max-total-tokens", "1000"], "needs 2040 KV tokens (prompt + output), but max_total_tokens is 1000"),
