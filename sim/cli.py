@@ -71,6 +71,10 @@ def build(args: argparse.Namespace) -> tuple[SimConfig, list[Variant], Workload,
     dp = s["dp_size"]
     if isinstance(dp, bool) or not isinstance(dp, int) or not 1 <= dp <= MAX_DP_SIZE:
         raise SimInputError(f"--dp-size must be an integer in [1, {MAX_DP_SIZE}], got {dp!r}")
+    warmup, duration = s["warmup"], s["duration"]
+    if isinstance(warmup, (int, float)) and isinstance(duration, (int, float)) and 0 < duration <= warmup:
+        raise SimInputError(f"--warmup {warmup:g} must be shorter than --duration {duration:g}: the tables measure the "
+                            "simulated time after the warm-up, and none would be left")
     config = _config(s)
     workload = _workload(s, given, config)
     tracker = s["tracker"]

@@ -96,7 +96,7 @@ BAD = [
     (["--token-usage-low-watermark", "1.5"], "invalid token_usage_low_watermark=1.5"),
     (["--mixed-chunk", "--max-running-requests", "2000"], "chunked_prefill_size=1024 must exceed max_running_requests=2000"),
     (["--prompt-tokens", "9:3"], "--prompt-tokens must be N or LO:HI with integers 1 <= LO <= HI, got '9:3'"),
-    (["--warmup", "5", "--duration", "5"], "warmup_s=5 must be shorter than duration_s=5"),
+    (["--warmup", "5", "--duration", "5"], "--warmup 5 must be shorter than --duration 5: the tables measure"),
 ]
 
 

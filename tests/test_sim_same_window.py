@@ -40,3 +40,15 @@ def test_a_pass_cap_inside_the_warmup_is_refused(tmp_path: Path) -> None:
     assert rc == 2 and out == "" and err.count("\n") == 1, (out, err)
     assert err.startswith("prefill-delayer simulate: --passes 100 ends profile ") and "inside the 100 s --warmup" in err
     assert not (tmp_path / "sim.json").exists()
+
+
+def test_a_scenario_whose_duration_falls_inside_its_warmup_is_refused() -> None:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(["simulate", "--scenario", "32880", "--duration", "100"])
+    assert (rc, out.getvalue()) == (2, "")
+    assert err.getvalue() == ("prefill-delayer simulate: --warmup 120 must be shorter than --duration 100: the tables "
+                              "measure the simulated time after the warm-up, and none would be left\n")
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        assert main(["simulate", "--scenario", "32880", "--passes", "100"]) == 2
+    assert "inside the 120 s --warmup: nothing would be measured" in err.getvalue()
