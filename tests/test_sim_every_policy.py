@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from prefill_delayer.sim import Lengths, LongPrompt, Poisson, SimConfig, Variant, run_variant
+from prefill_delayer.sim import Lengths, Poisson, SimConfig, Variant, run_variant
 from prefill_delayer.sim.policy_site import Facts
 from prefill_delayer.sim.rank import RankScheduler
 from prefill_delayer.sim.trackers import MaxPrefillBsTracker
