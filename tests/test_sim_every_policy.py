@@ -165,10 +165,15 @@ def test_a_coalescer_hold_keeps_the_chunk_in_progress_pending(profile: str, monk
     assert held > 5 and prefilled == held
 
 
-def test_sglangs_delayer_lets_a_chunk_go_on_whatever_the_verdict() -> None:
-    r = run_variant(config(trace=True, passes=300), Variant.of("sglang-0.5.22"), CHUNKY)
-    held, prefilled = held_with_chunk(r)
+def test_sglangs_delayer_lets_a_chunk_go_on_whatever_the_verdict(monkeypatch) -> None:
+    cfg = config(trace=True, passes=300)
+    held, prefilled = held_with_chunk(run_variant(cfg, Variant.of("sglang-0.5.22"), CHUNKY))
     assert held > 0 and prefilled == held
+    # Declared at the prefill adder's call sites too, a veto at add_chunked_req holds the chunk.
+    pol = policy_of("sglang-0.5.22")
+    monkeypatch.setattr(pol, "sim", replace(pol.sim, gates_partial_chunk=True))
+    held, prefilled = held_with_chunk(run_variant(cfg, Variant.of("sglang-0.5.22"), CHUNKY))
+    assert held > 0 and prefilled == 0
 
 
 def decoding_beside_a_prefill(r) -> tuple[int, int]:
