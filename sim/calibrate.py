@@ -195,13 +195,14 @@ def policies(out: Path) -> str:
         **{f"Poisson {pct}%": [*POISSON, "--rate", f"{sat * pct / 100:.3f}"] for pct in (50, 80, 100)},
     }
     parts = [f"Saturated throughput: `off` offered {OVERLOAD_RATE:g} req/s on `{' '.join(POISSON)}` completes "
-             f"{sat:.3f} req/s in its window; the Poisson rates are 50%, 80% and 100% of that."]
+             f"{sat:.3f} req/s in its window; the Poisson rates are 50%, 80% and 100% of that. Each command's "
+             f"`--profile ...` is `--profile` once for each of: {', '.join(POLICY_PROFILES)}."]
     table: dict[str, list[RunResult]] = {}
     for name, argv in workloads.items():
         start = time.perf_counter()
         results = run([*argv, *profiles, *POLICY_SETS])
         table[name] = results
-        parts += ["", f"#### {name}", "", "```", "prefill-delayer simulate " + " ".join([*argv, "--profile ...", *POLICY_SETS]),
+        parts += ["", f"### {name}", "", "```", "prefill-delayer simulate " + " ".join([*argv, "--profile ...", *POLICY_SETS]),
                   "```", "", f"({time.perf_counter() - start:.0f} s wall for {len(results)} profiles)", "",
                   policy_table(results)]
     _policies_plot(table, out / "sim-policies.png")
@@ -271,7 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     if args.policies_only:
-        print("### Every policy side by side\n\n" + policies(out))
+        print("## Every policy side by side\n\n" + policies(out))
         print(f"\n(policies: {time.perf_counter() - start:.0f} s)", file=sys.stderr)
         return 0
     sections = []
@@ -304,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv5 = ["--scenario", "35241", "--drift", "1,0,0,0,0,0,0,0", "--profile", "seed", "--profile", "off"]
     sections.append(section("#35241, one rank a chunk ahead", argv5, run(argv5)))
     sections.append("### #35241 over many initial drifts\n\n" + regimes(out, args.drifts))
-    sections.append("### Every policy side by side\n\n" + policies(out))
+    sections.append("## Every policy side by side\n\n" + policies(out))
     print("\n\n".join(sections))
     print(f"\n(calibration: {time.perf_counter() - start:.0f} s)", file=sys.stderr)
     return 0
