@@ -85,7 +85,7 @@ def build(args: argparse.Namespace) -> tuple[SimConfig, list[Variant], Workload,
     for v in variants:  # every profile can be simulated, with its settings, before any run starts
         if v.profile is not None:
             binding_of(v.profile)
-            policy_config(v.profile, config.dp_size, config.delayer_settings(), config.policy_params)
+            policy_config(v.profile, config.dp_size, config.policy_settings(), config.policy_params)
             if config.scheduler == "sglang" and policy_of(v.profile).host is None:
                 raise SimInputError(f"--scheduler sglang: profile {v.profile!r} is {policy_of(v.profile).title}, which "
                                     "SGLang's delayer call sites do not drive: simulate it with --scheduler model")

@@ -123,7 +123,7 @@ def run_variant(config: SimConfig, variant: Variant, workload: Workload, progres
 
             group = SGLangGroup(config, variant, workload, outcomes, gather, clock)
         else:
-            policy_conf = policy_config(variant.profile, dp, config.delayer_settings(), config.policy_params) \
+            policy_conf = policy_config(variant.profile, dp, config.policy_settings(), config.policy_params) \
                 if binding is not None else None
             group = ModelGroup([
                 RankScheduler(
@@ -177,7 +177,7 @@ class ModelGroup:
         ranks, dp = self.ranks, len(self.ranks)
         gens, asks, batches = [], [], [None] * dp
         for i, r in enumerate(ranks):
-            gen = r.schedule()
+            gen = r.schedule(now)
             try:
                 asks.append(next(gen))
                 gens.append(gen)
