@@ -15,7 +15,6 @@ import argparse
 import json
 import math
 import os
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -34,7 +33,7 @@ from .suite import LIST, SUITES, Stream, SuiteWorkload, listing
 from .workload import Bursty, Lengths, Mix, Poisson, Workload
 
 # The options a suite run takes; every other one is a workload's own setting.
-SUITE_OPTIONS = ("suite", "profile", "passes", "duration", "seed", "gather", "json", "plot", "progress")
+SUITE_OPTIONS = ("suite", "profile", "set", "passes", "duration", "seed", "gather", "json", "plot", "progress")
 
 
 def default_profiles() -> list[str]:
@@ -88,8 +87,10 @@ def _streams(spec: SuiteWorkload, total_rate: float) -> Workload:
     return parts[0] if len(parts) == 1 else Mix(tuple(parts))
 
 
-def _namespace(spec: SuiteWorkload, profiles: Sequence[str], rate: Optional[float]) -> argparse.Namespace:
+def _namespace(spec: SuiteWorkload, profiles: Sequence[str], rate: Optional[float], sets: Sequence[Any]) -> argparse.Namespace:
     opts = dict(spec.options)
+    if sets:
+        opts["set"] = list(sets)
     if spec.streams:  # simulate's options for the first stream (checked by build); the suite builds the mix itself
         first = spec.streams[0]
         opts.update(workload="bursty" if first.burst is not None else "poisson", rate=rate or 1.0,
@@ -103,7 +104,7 @@ def plan(spec: SuiteWorkload, profiles: Sequence[str], s: dict[str, Any], given:
     """The workload's settings, variants, requests and bound, scaled by ``--duration`` / ``--passes``."""
     from .cli import build
 
-    config, variants, workload, _ = build(_namespace(spec, profiles, None))
+    config, variants, workload, _ = build(_namespace(spec, profiles, None, s["set"]))
     rate = None
     if spec.streams:
         if spec.load is None:
@@ -112,7 +113,7 @@ def plan(spec: SuiteWorkload, profiles: Sequence[str], s: dict[str, Any], given:
         slopes = Slopes.of(config.cost, config.dp_size, config.chunked_prefill_size, config.max_running_requests)
         d = demand(unit)
         rate = spec.load * capacity_tok_s(slopes, config, d) / d.prompt
-        config, variants, _, _ = build(_namespace(spec, profiles, rate))
+        config, variants, _, _ = build(_namespace(spec, profiles, rate, s["set"]))
         workload = _streams(spec, rate)
     config = _scaled(spec, config, s, given)
     check_fits(config, workload)
@@ -153,7 +154,7 @@ def measure(case: Case, variant: Variant) -> Row:
     b = case.bound if math.isclose(r.end_s, case.config.duration_s or 0.0, rel_tol=0.02) else bound(case.config, case.workload, r.end_s)
     b = run_bound(b, r, case)
     ttfts = ttfts_censored(r)
-    return Row(case.spec.name, variant.label, r.summary().input_tok_s, percentile(ttfts, 0.50), percentile(ttfts, 0.99), b, wall)
+    return Row(case.spec.name, variant.name, r.summary().input_tok_s, percentile(ttfts, 0.50), percentile(ttfts, 0.99), b, wall)
 
 
 def run_bound(b: Bound, r: RunResult, case: Case) -> Bound:
@@ -263,7 +264,7 @@ def plot(cases: Sequence[Case], rows: Sequence[Row], path: str, title: str) -> N
         ax.set_title(f"{what}, % of the bound" + (" (bound / policy)" if k else ""), fontsize=9)
         fig.colorbar(im, ax=ax, fraction=0.025, pad=0.01).ax.tick_params(labelsize=7)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.98))
     fig.savefig(path, format="png")
     plt.close(fig)
     _shrink(path)
@@ -299,7 +300,30 @@ def _check_options(given: set[str]) -> None:
     if "scenario" in given or extra:
         flag = "--" + ("scenario" if "scenario" in given else extra[0]).replace("_", "-")
         raise SimInputError(f"{flag} does not apply with --suite: each workload has its own settings (--suite list shows them); "
-                            "--profile, --duration, --passes, --seed, --json and --plot do")
+                            "--profile, --set, --duration, --passes, --seed, --json and --plot do")
+
+
+def run_suite(name: str, profiles: Sequence[str], s: dict[str, Any], given: set[str],
+              progress: Optional[TextIO] = None) -> tuple[list[Case], list[Row]]:
+    """Every workload of suite ``name`` against every profile; a line per run on ``progress``."""
+    planned = [plan(w, profiles, s, given) for w in SUITES[name]]  # every workload checked before any run
+    rows: list[Row] = []
+    total = sum(len(v) for _, v in planned)
+    for case, variants in planned:
+        for v in variants:
+            row = measure(case, v)
+            rows.append(row)
+            if progress is not None:
+                progress.write(f"[{len(rows)}/{total}] {case.spec.name} {row.policy}: {_tok(row.input_tok_s)} tok/s "
+                               f"({_pct(row.fractions()[0])} of bound), {row.wall_s:.1f} s\n")
+                progress.flush()
+    return [c for c, _ in planned], rows
+
+
+def report(name: str, cases: Sequence[Case], rows: Sequence[Row]) -> str:
+    """The workloads and their bounds, then every policy x workload."""
+    policies = len(dict.fromkeys(r.policy for r in rows))
+    return f"Suite {name}: {len(cases)} workloads x {policies} policies\n\n{workloads_table(cases)}\n\n{table(cases, rows)}"
 
 
 def main(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
@@ -323,22 +347,9 @@ def main(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     if show == PROGRESS_AUTO:
         show = stderr.isatty()
     started = time.perf_counter()
-    planned = [plan(w, profiles, s, given) for w in SUITES[name]]  # every workload checked before any run
-    cases = [c for c, _ in planned]
-    rows: list[Row] = []
-    total = sum(len(v) for _, v in planned)
-    for case, variants in planned:
-        for v in variants:
-            row = measure(case, v)
-            rows.append(row)
-            if show:
-                f_in = row.fractions()[0]
-                stderr.write(f"[{len(rows)}/{total}] {case.spec.name} {row.policy}: {_tok(row.input_tok_s)} tok/s "
-                             f"({_pct(f_in)} of bound), {row.wall_s:.1f} s\n")
-                stderr.flush()
+    cases, rows = run_suite(name, profiles, s, given, stderr if show else None)
     wall = time.perf_counter() - started
-    stdout.write(f"Suite {name}: {len(cases)} workloads x {len(profiles)} policies\n\n{workloads_table(cases)}\n\n{table(cases, rows)}\n\n")
-    stdout.write(f"wall time: {wall:.0f} s for {total} runs\n")
+    stdout.write(report(name, cases, rows) + f"\n\nwall time: {wall:.0f} s for {len(rows)} runs\n")
     staged = _Staged()
     try:
         if s["json"]:
@@ -356,4 +367,5 @@ def main(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     return 0
 
 
-__all__ = ["Case", "Row", "SUITE_OPTIONS", "default_profiles", "main", "measure", "plan", "table", "ttfts_censored"]
+__all__ = ["Case", "Row", "SUITE_OPTIONS", "default_profiles", "main", "measure", "plan", "plot", "report", "run_bound", "run_suite",
+           "table", "ttfts_censored"]
