@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import Any, Optional, Sequence, TextIO
 
 from ..files import out_file_problem
+from ..spec.registry import all_profiles, policy_of
 from .bound import Bound, Slopes, arrivals, bound, capacity_tok_s, demand, percentile, window_capacity_tok_s
+from .cli import build
 from .config import OFF, SimConfig, Variant
 from .engine import check_fits, run_variant
 from .errors import SimInputError
-from ..spec.registry import all_profiles, policy_of
 from .options import PROGRESS_AUTO, settings
 from .result import RunResult
 from .suite import LIST, SUITES, Stream, SuiteWorkload, listing
@@ -102,8 +103,6 @@ def _namespace(spec: SuiteWorkload, profiles: Sequence[str], rate: Optional[floa
 
 def plan(spec: SuiteWorkload, profiles: Sequence[str], s: dict[str, Any], given: set[str]) -> tuple[Case, list[Variant]]:
     """The workload's settings, variants, requests and bound, scaled by ``--duration`` / ``--passes``."""
-    from .cli import build
-
     config, variants, workload, _ = build(_namespace(spec, profiles, None, s["set"]))
     rate = None
     if spec.streams:
@@ -232,7 +231,7 @@ def to_json(name: str, cases: Sequence[Case], rows: Sequence[Row], wall_s: float
                 "results": [
                     dict(zip(("input_frac", "ttft_p50_frac", "ttft_p99_frac"), r.fractions()),
                          policy=r.policy, input_tok_s=r.input_tok_s, ttft_p50_s=r.ttft_p50_s, ttft_p99_s=r.ttft_p99_s,
-                         wall_s=r.wall_s)
+                         run_bound_input_tok_s=r.bound.input_tok_s, wall_s=r.wall_s)
                     for r in rows if r.workload == c.spec.name
                 ],
             }

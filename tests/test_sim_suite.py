@@ -49,7 +49,7 @@ def test_the_bound_on_a_hand_computed_case():
     # floor's 2000 tokens per 0.1 s pass; with no decode the floor's 20,000 is above the 16,666.7 of cost.
     assert window_capacity_tok_s(slopes, config, 1.0, 100) == pytest.approx(0.949 / 6e-5)
     assert window_capacity_tok_s(slopes, config, 1.0, 0) == pytest.approx(1 / 6e-5)
-    assert window_capacity_tok_s(slopes.__class__(6e-6, 5.1e-4, 1.1e-4, 0.1), config, 1.0, 0) == pytest.approx(20_000)
+    assert window_capacity_tok_s(Slopes(6e-6, 5.1e-4, 1.1e-4, 0.1), config, 1.0, 0) == pytest.approx(20_000)
 
 
 def test_the_default_suite_holds_every_workload_of_the_issue():
