@@ -1,6 +1,6 @@
-"""Reproduce docs/simulation.md: the two calibration scenarios, their tables and figures.
+"""Reproduce docs/simulation.md: the two calibration scenarios, the benchmark suite, their tables and figures.
 
-    python -m prefill_delayer.sim.calibrate [--out docs] [--drifts 24] [--policies-only]
+    python -m prefill_delayer.sim.calibrate [--out docs] [--drifts 24] [--policies-only] [--suite default] [--only-suite]
 
 Every run is a ``prefill-delayer simulate`` command line (printed above its
 table), so each number in the document can be re-run on its own.
@@ -262,11 +262,29 @@ def _regimes_plot(values: dict[str, list[float]], path: Path) -> None:
     _shrink(str(path))
 
 
+def suite_section(out: Path, name: str) -> str:
+    """``prefill-delayer simulate --suite NAME``'s table for the default profiles, and its figure."""
+    from .suite_run import default_profiles, plot, report, run_suite
+
+    argv = ["--suite", name, "--plot", str(out / "sim-suite.png")]
+    parser = argparse.ArgumentParser(prog="prefill-delayer simulate")
+    add_arguments(parser)
+    s, given = option_settings(parser.parse_args(argv))
+    started = time.perf_counter()
+    cases, rows = run_suite(name, default_profiles(), s, given)
+    print(f"(suite {name}: {len(rows)} runs in {time.perf_counter() - started:.0f} s)", file=sys.stderr)
+    plot(cases, rows, s["plot"], f"suite {name}: every policy as a fraction of the bound")
+    return "\n".join([f"### The suite `{name}`", "", "```", "prefill-delayer simulate " + " ".join(argv), "```", "",
+                      report(name, cases, rows)])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m prefill_delayer.sim.calibrate", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="docs", help="folder for the PNGs (default: docs)")
     p.add_argument("--drifts", type=int, default=24, help="initial drifts in the #35241 regime sweep (default 24)")
     p.add_argument("--policies-only", action="store_true", help="only the comparison of every policy (and its figure)")
+    p.add_argument("--suite", default="default", help="the benchmark suite whose table ends the document (default: default; none: leave it out)")
+    p.add_argument("--only-suite", action="store_true", help="print the suite's section only")
     args = p.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -274,6 +292,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.policies_only:
         print("## Every policy side by side\n\n" + policies(out))
         print(f"\n(policies: {time.perf_counter() - start:.0f} s)", file=sys.stderr)
+        return 0
+    if args.only_suite:
+        print(suite_section(out, args.suite))
         return 0
     sections = []
 
@@ -306,6 +327,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sections.append(section("#35241, one rank a chunk ahead", argv5, run(argv5)))
     sections.append("### #35241 over many initial drifts\n\n" + regimes(out, args.drifts))
     sections.append("## Every policy side by side\n\n" + policies(out))
+    if args.suite != "none":
+        sections.append(suite_section(out, args.suite))
     print("\n\n".join(sections))
     print(f"\n(calibration: {time.perf_counter() - start:.0f} s)", file=sys.stderr)
     return 0

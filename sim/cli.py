@@ -254,6 +254,10 @@ class ProgressBar:
 def main(args: argparse.Namespace, stdout: Optional[TextIO] = None, stderr: Optional[TextIO] = None) -> int:
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
+    if getattr(args, "suite", None) is not None:
+        from .suite_run import main as suite
+
+        return suite(args, stdout, stderr)
     config, variants, workload, s = build(args)
     given = settings(args)[1]
     show = s["progress"]
