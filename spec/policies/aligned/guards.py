@@ -11,10 +11,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..sglang_delayer.guards import (
-    below_cap, delay_wanted, effective_max_running_requests, exists_force, local_force, queue_capacity, queue_min,
-    queue_timed_out, queue_trigger, skip_consumed, slot_trigger, status_all, status_mixed, status_none, wait_expired,
+from ..sglang_delayer import guards as _delayer
+
+_DELAYER_GUARDS = (
+    "local_force", "wait_expired", "status_none", "status_all", "status_mixed", "exists_force", "below_cap",
+    "effective_max_running_requests", "slot_trigger", "queue_capacity", "queue_min", "queue_timed_out", "queue_trigger",
+    "skip_consumed", "delay_wanted",
 )
+
+
+def __getattr__(name: str) -> Any:
+    """The delayer's guards, unchanged (hardened's features pick their variants), read when used: a patched
+    delayer guard shows here too."""
+    if name in _DELAYER_GUARDS:
+        return getattr(_delayer, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # The stall give-up when no decode hides the wait: at most this many delays, counted in passes (no clock).
@@ -27,11 +38,7 @@ def wait_hidden(o: Any, c: Any, v: Any, s: Any) -> Any:
     return o.Or(v.running_batch > 0, s.delayed_count < NO_DECODE_HOLD)
 
 
-GUARD_NAMES = (
-    "local_force", "wait_expired", "status_none", "status_all", "status_mixed", "exists_force", "below_cap",
-    "effective_max_running_requests", "slot_trigger", "queue_capacity", "queue_min", "queue_timed_out", "queue_trigger",
-    "skip_consumed", "delay_wanted", "wait_hidden",
-)
+GUARD_NAMES = _DELAYER_GUARDS + ("wait_hidden",)
 TABLE_GUARDS = ("status_none", "status_all", "status_mixed", "exists_force", "below_cap", "delay_wanted", "wait_hidden")
 
-__all__ = list(GUARD_NAMES) + ["GUARD_NAMES", "NO_DECODE_HOLD", "TABLE_GUARDS"]
+__all__ = ["GUARD_NAMES", "NO_DECODE_HOLD", "TABLE_GUARDS", "wait_hidden"]
