@@ -14,17 +14,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import tempfile
 import time
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any, Optional, Sequence, TextIO
 
-from ..files import out_file_problem
+from ..files import Outputs
 from ..spec.registry import all_profiles, policy_of
 from .bound import Bound, Slopes, arrivals, bound, capacity_tok_s, demand, percentile, window_capacity_tok_s
-from .cli import build
+from .cli import PLOT_SUFFIXES, build
 from .config import OFF, SimConfig, Variant
 from .engine import check_fits, run_variant
 from .errors import SimInputError
@@ -269,31 +266,6 @@ def plot(cases: Sequence[Case], rows: Sequence[Row], path: str, title: str) -> N
     _shrink(path)
 
 
-class _Staged:
-    """The output files, written beside their targets and moved into place together at the end (or removed)."""
-
-    def __init__(self) -> None:
-        self._moves: list[tuple[str, str]] = []
-
-    def path_for(self, target: str, suffix: str = "") -> str:
-        folder = Path(target).parent
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{Path(target).name}.", suffix=suffix, dir=str(folder))
-        os.close(fd)
-        self._moves.append((tmp, target))
-        return tmp
-
-    def commit(self) -> None:
-        for tmp, target in self._moves:
-            os.replace(tmp, target)
-        self._moves = []
-
-    def discard(self) -> None:
-        for tmp, _ in self._moves:
-            Path(tmp).unlink(missing_ok=True)
-        self._moves = []
-
-
 def _check_options(given: set[str]) -> None:
     extra = sorted(given - set(SUITE_OPTIONS) - {"scenario"})
     if "scenario" in given or extra:
@@ -334,9 +306,10 @@ def main(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     if name not in SUITES:
         raise SimInputError(f"unknown suite {name!r}: expected one of {', '.join(SUITES)}, or {LIST}")
     _check_options(given | ({"scenario"} if getattr(args, "scenario", None) is not None else set()))
-    for problem in (out_file_problem("--json", s["json"]), out_file_problem("--plot", s["plot"])):
-        if problem:
-            raise SimInputError(problem)
+    outputs = Outputs().file("--json", s["json"]).file("--plot", s["plot"], suffixes=PLOT_SUFFIXES)
+    problem = outputs.problem()  # every output checked before the runs, as simulate checks its own
+    if problem:
+        raise SimInputError(problem)
     if s["plot"]:
         from .plot import _pyplot
 
@@ -349,20 +322,11 @@ def main(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     cases, rows = run_suite(name, profiles, s, given, stderr if show else None)
     wall = time.perf_counter() - started
     stdout.write(report(name, cases, rows) + f"\n\nwall time: {wall:.0f} s for {len(rows)} runs\n")
-    staged = _Staged()
-    try:
+    with outputs.writing() as out:  # both files or neither
         if s["json"]:
-            with open(staged.path_for(s["json"]), "w", encoding="utf-8") as f:
-                f.write(to_json(name, cases, rows, wall) + "\n")
+            out.write("--json", to_json(name, cases, rows, wall) + "\n")
         if s["plot"]:
-            plot(cases, rows, staged.path_for(s["plot"], ".png"), f"suite {name}: every policy as a fraction of the bound")
-        staged.commit()
-    except OSError as exc:
-        staged.discard()
-        raise SimInputError(f"cannot write the suite's outputs: {exc.strerror or exc}") from None
-    except BaseException:
-        staged.discard()
-        raise
+            plot(cases, rows, out.path("--plot"), f"suite {name}: every policy as a fraction of the bound")
     return 0
 
 
