@@ -11,8 +11,16 @@ difference raises ``AssertionError``; the test suite runs that way.
 Failures never half-update the state: a pass computes its next state without
 touching the current one and stores it only once the pass has succeeded.
 Errors whose cause is in the gathered rows (a bad input on some rank, a
-configuration mismatch) are raised identically on every rank, after a
-collective every rank took part in (``runtime.envelope``).
+configuration mismatch, rows of another pass or of another delayer) are raised
+identically on every rank, after a collective every rank took part in
+(``runtime.envelope``).
+
+Each row carries the rank's pass number (``pass_stamp``). A pass ends at
+``finalize()``, which advances it; ``negotiate`` never does. So a rank that
+ends a pass without negotiating (a skip) or negotiates twice before ending one
+(a repeat) sends another pass number than its peers on the next collective,
+and every rank raises ``DesyncError`` there instead of deciding on rows of
+different passes. ``skip()`` announces a skip in the pass itself.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from ..spec.errors import ConfigError
 from ..spec.fields import clock_problem
 from ..spec.inputs import CLOCK
 from .decision_log import DecisionLog, open_decision_log
-from .envelope import Envelope, ensure_rows
+from .envelope import PASS_MASK, Envelope, ensure_rows
 from .errors import CollectiveError
 from .gather import GatherFn, describe
 from .server_args import get_bool_env_var
@@ -79,7 +87,8 @@ class PolicyCore:
         self._flat_len = env.flat_len
         self._fingerprint = env.fingerprint
         self._n = env.row_len
-        self._f_error, self._f_fingerprint = env.f_error, env.f_fingerprint
+        self._f_error, self._f_fingerprint, self._f_stamp = env.f_error, env.f_fingerprint, env.f_stamp
+        self._tag_bits = env.tag_bits
         self._problems = env.checks.problems
         # The compiled row ends with the envelope of a valid row.
         self._step = CompiledStep(c, row_tail=env.tail, row_len=env.row_len)
@@ -87,6 +96,8 @@ class PolicyCore:
         self._pure = Step(c, self._step.table)
         self._state = policy.init
         self._passes = 0
+        self._pass = 1  # the pass this rank is on: 1 + the passes it ended (finalize)
+        self._stamp = env.stamp(1)
         # Last: the header it writes records the finished configuration.
         self._log: Optional[DecisionLog] = open_decision_log(decision_log, c, gather, registry=registry)
         self.negotiate = types.MethodType(_compiled_pass(policy.name), self)  # type: ignore[method-assign]
@@ -117,6 +128,11 @@ class PolicyCore:
         return self._passes
 
     @property
+    def pass_number(self) -> int:
+        """The pass this rank is on, as its rows stamp it: 1 + the passes it ended with ``finalize()``."""
+        return self._pass
+
+    @property
     def decision_log(self) -> Optional[DecisionLog]:
         """The decision log, or ``None`` when it is off."""
         return self._log
@@ -138,16 +154,25 @@ class PolicyCore:
         """One pass: gather every rank's row and fire the table's ``negotiate``; ``args`` are the policy's inputs.
 
         Returns the policy's decision. A pass left unfinalized by a caller is
-        finalized first. Raises ``PeerInputError`` / ``ConfigMismatchError`` on
-        every rank alike, ``CollectiveError`` when the gather fails; in every
-        case the state is as before the call. Each core replaces this method by
+        finalized first, but stays the same pass: its rows carry the same pass
+        number, so a rank that negotiates twice while its peers move on makes
+        every rank raise ``DesyncError``. Raises ``PeerInputError`` /
+        ``ConfigMismatchError`` / ``DesyncError`` on every rank alike,
+        ``CollectiveError`` when the gather fails; in every case the state is
+        as before the call. Each core replaces this method by
         the same pass compiled for its policy's inputs (``_PASS``: named
         parameters with their defaults, no argument tuple to pack and unpack).
         """
         return self.negotiate(*args)  # the instance's compiled pass, bound in __init__
 
     def finalize(self) -> Any:
-        """End of pass: fire the table's ``finalize`` (for SGLang's delayer: released -> idle; delaying stays)."""
+        """End of pass: fire the table's ``finalize`` (for SGLang's delayer: released -> idle; delaying stays).
+
+        Advances the pass number the rows carry, whether or not this pass negotiated:
+        a pass ended without a negotiation is a skip, which the next collective shows.
+        """
+        self._pass = p = self._pass + 1
+        self._stamp = self._tag_bits | (p & PASS_MASK)
         before = self._state
         after = self._step.finalize(before)
         if self._shadow is not None and after != before:  # a state without a finalize row is already finalized
@@ -157,6 +182,44 @@ class PolicyCore:
                 raise AssertionError(f"compiled finalize gave {after}, the transitions machine {want}")
         self._state = after
         return after
+
+    def skip(self) -> None:
+        """This rank's host skips this pass's negotiation: take part in the pass's one all-gather as skipping.
+
+        When every rank skips, nothing is decided and nothing changes: the pass
+        is not counted, as a pass where no rank negotiated. When some rank
+        negotiates this pass instead, every rank raises the same ``DesyncError``
+        (naming the skipping ranks) and the state is as before, so that no rank
+        decides on a pass some ranks did not take part in, and no rank's
+        all-gather pairs with another collective of the skipping rank's. Other
+        failures are ``negotiate``'s (``CollectiveError``, ``ConfigMismatchError``).
+        """
+        env = self.envelope
+        pass_number, stamp = self._passes + 1, self._stamp
+        flat: Optional[Sequence[int]] = None
+        try:
+            flat = self._gather_rows(env.skip_row(stamp), pass_number)
+            if env.all_skipped(flat, stamp):
+                return
+            env.reject(flat, pass_number, self._group, [])
+        except Exception as failure:
+            if self._log is not None:
+                self._log.failed(pass_number, None, {}, flat, self._state, failure)
+            raise
+
+    def _gather_rows(self, row: list[int], pass_number: int) -> Sequence[int]:
+        """Every rank's row, concatenated; ``CollectiveError`` when the gather fails or returns another shape."""
+        gather_flat = self._gather_flat
+        try:
+            flat = gather_flat(row) if gather_flat is not None else self._gather(row)
+        except Exception as err:
+            raise CollectiveError(
+                f"pass {pass_number}: all-gather over {self._group} failed: {type(err).__name__}: {err}",
+                pass_number=pass_number, group=self._group,
+            ) from err
+        if gather_flat is None:
+            flat = ensure_rows(flat, self.envelope, pass_number, self._group)
+        return flat
 
     def _inputs_dict(self, args: Sequence[Any]) -> dict[str, Any]:
         return dict(zip(self.policy.input_names, args))
@@ -189,7 +252,12 @@ def negotiate(self, {params}):
     problem = _clock_problem(now, clock_error)
     if problem is not None:
         problems = [*problems, (_CLOCK, problem)]
-    row = self.envelope.error_row(problems) if problems else step.row(state, now, {args})
+    stamp = self._stamp
+    if problems:
+        row = self.envelope.error_row(problems, stamp)
+    else:
+        row = step.row(state, now, {args})
+        row.append(stamp)
     gather_flat = self._gather_flat
     try:
         flat = gather_flat(row) if gather_flat is not None else self._gather(row)
@@ -212,6 +280,7 @@ def negotiate(self, {params}):
             problems
             or len(flat) != self._flat_len
             or flat[self._f_fingerprint::n].count(self._fingerprint) != self._world_size
+            or flat[self._f_stamp::n].count(stamp) != self._world_size
             or any(flat[self._f_error::n])
         ):
             self.envelope.reject(flat, pass_number, self._group, problems, clock_error)
@@ -231,7 +300,7 @@ def negotiate(self, {params}):
 """
 
 
-_PASS_LOCALS = frozenset({"self", "step", "state", "pass_number", "problems", "clock_error", "now", "err", "problem", "row",
+_PASS_LOCALS = frozenset({"self", "step", "state", "pass_number", "problems", "clock_error", "now", "err", "problem", "row", "stamp",
                           "gather_flat", "flat", "failure", "n", "r", "x", "decision", "log"})
 
 

@@ -172,6 +172,10 @@ class PrefillDelayer:
         """End of pass: fire the table's ``finalize``."""
         return self._core.finalize()
 
+    def skip(self) -> None:
+        """This rank's host skips this pass's negotiation, which its peers may run (``PolicyCore.skip``)."""
+        self._core.skip()
+
     # The seed's private name, for drop-in call sites.
     def _negotiate_should_allow_prefill(self, *args: Any, **kwargs: Any) -> Any:
         return self.negotiate(*args, **kwargs)
