@@ -213,13 +213,25 @@ class PolicyCore:
         try:
             flat = gather_flat(row) if gather_flat is not None else self._gather(row)
         except Exception as err:
-            raise CollectiveError(
-                f"pass {pass_number}: all-gather over {self._group} failed: {type(err).__name__}: {err}",
-                pass_number=pass_number, group=self._group,
-            ) from err
+            raise self._gather_failure(err, pass_number) from err
         if gather_flat is None:
             flat = ensure_rows(flat, self.envelope, pass_number, self._group)
         return flat
+
+    def _gather_failure(self, err: BaseException, pass_number: int) -> CollectiveError:
+        """The error of a gather that raised. Before any pass has succeeded, it says what a peer that
+        left the very first all-gather most often is: a rank without this delayer (on gloo, the rank
+        whose rows are shorter is aborted, and its peers see it go)."""
+        hint = ""
+        if self._passes == 0:
+            hint = (f" (no pass has succeeded on this group yet: if a peer runs another delayer, such as SGLang's own "
+                    f"PrefillDelayer where PREFILL_DELAYER_PROFILE is not set, whose rows are not these "
+                    f"{self._n} values, gloo aborts it on its first all-gather with 'Received data size doesn't "
+                    "match expected size'; every rank with the plugin logs 'prefill-delayer active')")
+        return CollectiveError(
+            f"pass {pass_number}: all-gather over {self._group} failed: {type(err).__name__}: {err}{hint}",
+            pass_number=pass_number, group=self._group,
+        )
 
     def _inputs_dict(self, args: Sequence[Any]) -> dict[str, Any]:
         return dict(zip(self.policy.input_names, args))
@@ -262,11 +274,7 @@ def negotiate(self, {params}):
     try:
         flat = gather_flat(row) if gather_flat is not None else self._gather(row)
     except Exception as err:
-        failure = _CollectiveError(
-            f"pass {{pass_number}}: all-gather over {{self._group}} failed: {{type(err).__name__}}: {{err}}",
-            pass_number=pass_number,
-            group=self._group,
-        )
+        failure = self._gather_failure(err, pass_number)
         if self._log is not None:
             self._log.failed(pass_number, now, self._inputs_dict(({args},)), None, state, failure)
         raise failure from err
@@ -322,9 +330,7 @@ def _compiled_pass(policy_name: str) -> Callable[..., Any]:
         local="".join(f"{by_name[n]}, " for n in policy.local_inputs),
         readings="".join(f"{by_name[n]}, " for n, _ in policy.log.readings),
     )
-    namespace: dict[str, Any] = {
-        "_clock_problem": clock_problem, "_CLOCK": CLOCK, "_CollectiveError": CollectiveError, "_ensure_rows": ensure_rows,
-    }
+    namespace: dict[str, Any] = {"_clock_problem": clock_problem, "_CLOCK": CLOCK, "_ensure_rows": ensure_rows}
     exec(compile(source, f"<prefill_delayer.runtime.core pass of {policy_name}>", "exec"), namespace)
     fn: Callable[..., Any] = namespace["negotiate"]
     fn.__doc__ = PolicyCore.negotiate.__doc__

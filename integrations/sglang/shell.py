@@ -134,6 +134,11 @@ class ShellDelayer:
     def _debug_log_enabled(self) -> bool:
         return self._core._debug_log_enabled
 
+    def skip_pass(self) -> None:
+        """This rank's scheduler skips this pass's negotiation (it deferred prefill): take part in the all-gather as
+        skipping (``PolicyCore.skip``; ``deferral`` hooks it after ``Scheduler._should_defer_prefill``)."""
+        self._core.skip()
+
     def _negotiate_should_allow_prefill(
         self,
         local_prefillable: bool,
