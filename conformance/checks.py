@@ -493,6 +493,8 @@ def check_session(report: Report, s: Session) -> None:
 
 def check(sessions: list[Session], notes: Iterable[str] = ()) -> Report:
     """Every check on every session."""
+    from .desync import check_desync
+
     report = Report(sessions, notes=list(notes))
     machines: dict[int, tuple[DelayerMachine, Step]] = {}
     for s in sessions:
@@ -504,5 +506,6 @@ def check(sessions: list[Session], notes: Iterable[str] = ()) -> Report:
         for log in s.logs:
             _RankChecker(report, s, log, *found).run()
         check_session(report, s)
+        check_desync(report, s)
     report.findings.sort(key=lambda f: (f.session, f.pass_number, f.category, f.property))
     return report
