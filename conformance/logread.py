@@ -357,6 +357,10 @@ def parse_header(o: dict[str, Any]) -> tuple[dict[str, Any], Config]:
         raise ValueError(f"its configuration is invalid in this build: {exc}") from None
     if config.world_size != o["world_size"]:
         raise ValueError(f"world_size {o['world_size']} but its configuration has {config.world_size} ranks in the gather")
+    fields = list(Envelope(config).row_fields)
+    if o.get("row_fields", fields) != fields:
+        raise ValueError(f"its rows hold {_show(o['row_fields'], 200)} but this build's hold {_show(fields, 200)}: "
+                         "written by another build of the runtime; check it with the build that wrote it")
     gr = o["group_rank"]
     if gr is not None and not (_is_count(gr) and gr < config.world_size):
         raise ValueError(f"field 'group_rank' expected null or an integer in [0, {config.world_size}), got {_show(gr)}")

@@ -92,3 +92,13 @@ def test_ranks_whose_pass_numbers_drift_apart_are_flagged_where_the_drift_starts
     assert "rank 1's pass 12 is the collective rank 0 logged as pass 13" in f["message"]
     assert "the pass stamps they carry: rank 0: 13, rank 1: 13" in f["message"] and "a pass rank 1 skipped" in f["message"]
     assert f"{path}:" in f["where"][0]
+
+
+def test_a_log_whose_rows_lack_the_pass_stamp_is_refused_saying_so(tmp_path: Path) -> None:
+    write_inprocess_logs(tmp_path, world=2, passes=5)
+    path = tmp_path / "rank0.jsonl"
+    lines = read_lines(path)
+    lines[0]["row_fields"] = lines[0]["row_fields"][:-1]  # as a build before the pass stamp wrote it
+    path.write_text("".join(json.dumps(o) + "\n" for o in lines))
+    rc, out, err = check_log(str(tmp_path))
+    assert rc == 2 and out == "" and f"{path}:1: its rows hold" in err and "written by another build" in err, err
