@@ -195,3 +195,32 @@ def test_a_mixed_rollout_fails_every_rank_of_ours_within_the_timeout(world: int,
             assert "SGLang's own PrefillDelayer where PREFILL_DELAYER_PROFILE is not set" in err["message"]
     print(f"world {world}, SGLang's own class on rank {foreign}: " + "; ".join(
         f"rank {r}: {'exit ' + str(v[1]) if v[0] == 'exit' else v[1]['error']['type']}" for r, v in sorted(out.items())))
+
+
+# ----- the plugin's guard on SGLang 0.5.23's deferral (tests/test_sglang_scheduler.py runs it in the scheduler) --
+
+
+def test_the_deferral_guard_makes_only_a_deferred_pass_of_ours_skip() -> None:
+    from prefill_delayer.integrations.sglang import deferral
+
+    skipped: list[str] = []
+
+    class Ours:  # what the guard needs of our shell: skip_pass
+        def skip_pass(self) -> None:
+            skipped.append("skip")
+
+    class Scheduler:  # a host with the method the guard wraps, deciding as it is told
+        def __init__(self, defer: bool, delayer: Any) -> None:
+            self.defer, self.prefill_delayer = defer, delayer
+
+        def _should_defer_prefill(self, running_batch: Any) -> bool:
+            return self.defer
+
+    guarded = deferral.guard(Scheduler._should_defer_prefill)
+    assert deferral.guard(guarded) is guarded and guarded.__name__ == "_should_defer_prefill"
+    Scheduler._should_defer_prefill = guarded  # type: ignore[method-assign]
+    assert Scheduler(False, Ours())._should_defer_prefill(None) is False and skipped == []
+    assert Scheduler(True, Ours())._should_defer_prefill(None) is True and skipped == ["skip"]
+    assert Scheduler(True, object())._should_defer_prefill(None) is True  # SGLang's own class: no skip_pass
+    assert Scheduler(True, None)._should_defer_prefill(None) is True and skipped == ["skip"]  # no delayer at all
+    assert [r for r in ("0.5.18", "0.5.19", "0.5.22", "0.5.23") if deferral.needs_guard(r)] == ["0.5.23"]

@@ -21,8 +21,10 @@ ours, the delayer takes part in the pass's all-gather as skipping
 changes (as in SGLang, the pass is not the delayer's); when some rank runs
 ``get_new_batch_prefill`` instead, every rank raises the same ``DesyncError`` in
 that pass, naming the deferring ranks, before any mlp-sync gather can pair with
-the wrong collective. Releases 0.5.21 and 0.5.22 defer on every rank alike
-(``_should_defer_prefill()`` takes no batch), so they need no guard.
+the wrong collective. Releases 0.5.19 to 0.5.22 defer on every rank alike
+(``_should_defer_prefill()`` takes no batch and reads only the interval, armed
+from the gathered ``is_extend_in_batch``), and 0.5.14 to 0.5.18 do not defer,
+so they need no guard (read from each release's ``scheduler.py``).
 """
 
 from __future__ import annotations
