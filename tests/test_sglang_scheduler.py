@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional
@@ -49,9 +50,13 @@ def make_passes(rank: int, n: int = 16) -> list[tuple]:
     return out
 
 
-_SCHEDULER_PROCESS = """
-    import json, logging, os, sys
+# A scheduler process up to its first pass, in its order: import the scheduler module, load_plugins(), join the
+# world, publish SGLang's runtime context, and a bare Scheduler (__new__) with what Scheduler.__init__ sets before
+# init_schedule_policy, read as it reads them; then SGLang's own init_schedule_policy builds the delayer.
+_BARE_SCHEDULER = """
+    import faulthandler, json, logging, os, sys
     from datetime import timedelta
+    faulthandler.enable()  # a process gloo aborts prints where it was
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
     try:
         import sglang.srt.managers.scheduler as scheduler
@@ -68,9 +73,8 @@ _SCHEDULER_PROCESS = """
     rank = int(os.environ["RANK"])
     dist.init_process_group("gloo", init_method="file://" + os.environ["INIT_FILE"], rank=rank,
                             world_size={world}, timeout=timedelta(seconds=120))
-    publish_context(rank, {world}, {layout!r}, {schedule!r})
+    publish_context(rank, {world}, {layout!r}, {schedule!r}, gloo_timeout_s=10.0)
     s = scheduler.Scheduler.__new__(scheduler.Scheduler)
-    # What Scheduler.__init__ sets before init_schedule_policy, read as it reads them.
     s.server_args = None
     s.schedule_policy = get_schedule().schedule_policy
     s.enable_priority_scheduling = get_schedule().enable_priority_scheduling
@@ -81,7 +85,9 @@ _SCHEDULER_PROCESS = """
     s.init_metrics_collector()
     s.init_metrics_reporter()
     s.init_schedule_policy()
+"""
 
+_SCHEDULER_PROCESS = _BARE_SCHEDULER + """
     returns = []
     for usage, prefillable, rb, pb, mrr, wq, bs in json.loads(os.environ["PASSES"]):
         ex = scheduler.PrefillDelayerSinglePassExecutor(s.prefill_delayer, token_usage=usage)
@@ -99,15 +105,15 @@ _SCHEDULER_PROCESS = """
 """
 
 
-def _scheduler_processes(setting: Optional[str], tmp: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """Two scheduler processes' start-up and passes under ``PREFILL_DELAYER_PROFILE=setting`` (unset for None)."""
-    script = _SCHEDULER_PROCESS.format(no_scheduler=NO_SCHEDULER, world=WORLD, layout=LAYOUT, schedule=SCHEDULE)
+def _run_schedulers(script: str, setting: Optional[str], tmp: Path, name: str,
+                    rank_env: Any) -> list[subprocess.CompletedProcess]:
+    """``script`` as two scheduler processes under ``PREFILL_DELAYER_PROFILE=setting`` (unset for None), each with
+    ``rank_env(rank)`` in its environment; skips (fails under ``REQUIRE``) where the scheduler does not import."""
     env = {} if setting is None else {"PREFILL_DELAYER_PROFILE": setting}
-    init_file = tmp / f"init-{setting}"
+    init_file = tmp / f"init-{name}-{setting}"
     with ThreadPoolExecutor(WORLD) as pool:
         runs = list(pool.map(lambda rank: run_python(script, {
-            **env, "RANK": str(rank), "INIT_FILE": str(init_file), "PASSES": json.dumps(make_passes(rank)),
-        }, timeout_s=300.0), range(WORLD)))
+            **env, "RANK": str(rank), "INIT_FILE": str(init_file), **rank_env(rank)}, timeout_s=300.0), range(WORLD)))
     for done in runs:
         if done.stdout.startswith(NO_SCHEDULER):
             why = done.stdout.strip()[len(NO_SCHEDULER):]
@@ -117,6 +123,13 @@ def _scheduler_processes(setting: Optional[str], tmp: Path) -> tuple[list[dict[s
             if os.environ.get(REQUIRE) == "1":
                 pytest.fail(f"{REQUIRE}=1 but {message}")
             pytest.skip(message)
+    return runs
+
+
+def _scheduler_processes(setting: Optional[str], tmp: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """Two scheduler processes' start-up and passes under ``PREFILL_DELAYER_PROFILE=setting`` (unset for None)."""
+    script = _SCHEDULER_PROCESS.format(no_scheduler=NO_SCHEDULER, world=WORLD, layout=LAYOUT, schedule=SCHEDULE)
+    runs = _run_schedulers(script, setting, tmp, "passes", lambda rank: {"PASSES": json.dumps(make_passes(rank))})
     for done in runs:
         assert done.returncode == 0, done.stderr
     return [json.loads(done.stdout) for done in runs], [done.stderr for done in runs]
@@ -179,47 +192,17 @@ INTERVAL = {"prefill_decode_interval": 2, "prefill_decode_interval_min_bs": 4, "
 INTERVAL_PLAN = [[(0, 2), (0, 2)], [(6, 0), (6, 0)], [(6, 0), (6, 0)], [(6, 2), (6, 2)], [(2, 1), (6, 0)], [(2, 1), (6, 0)]]
 STRADDLE = 5
 
-_INTERVAL_PROCESS = """
-    import faulthandler, json, logging, os, sys
+_INTERVAL_PROCESS = _BARE_SCHEDULER + """
     from array import array
-    from datetime import timedelta
-    faulthandler.enable()  # a process gloo aborts prints where it was
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
-    try:
-        import sglang.srt.managers.scheduler as scheduler
-    except Exception as err:
-        print("{no_scheduler}" + type(err).__name__ + ": " + str(err).splitlines()[0])
-        raise SystemExit(0)
     import torch
-    import torch.distributed as dist
     from types import SimpleNamespace
     from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
     from sglang.srt.managers.scheduler_components.dp_attn import prepare_mlp_sync_batch_raw
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
-    from sglang.srt.plugins import load_plugins
-    from sglang.srt.runtime_context import get_lora, get_memory, get_schedule
     from sglang.srt.sampling.sampling_params import SamplingParams
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-    from prefill_delayer.integrations.sglang.cpu_context import publish_context
 
-    load_plugins()
-    rank = int(os.environ["RANK"])
-    dist.init_process_group("gloo", init_method="file://" + os.environ["INIT_FILE"], rank=rank,
-                            world_size={world}, timeout=timedelta(seconds=60))
-    publish_context(rank, {world}, {layout!r}, {schedule!r}, gloo_timeout_s=10.0)
-    s = scheduler.Scheduler.__new__(scheduler.Scheduler)
-    # What Scheduler.__init__ sets before init_schedule_policy, and what init_chunked_prefill and its
-    # require_mlp_sync() set for the interval, read as they read them (DP attention: mlp sync is required).
-    s.server_args = None
-    s.schedule_policy = get_schedule().schedule_policy
-    s.enable_priority_scheduling = get_schedule().enable_priority_scheduling
-    s.schedule_low_priority_values_first = get_schedule().schedule_low_priority_values_first
-    s.enable_hierarchical_cache = get_memory().enable_hierarchical_cache
-    s.enable_lora = get_lora().enable_lora
-    s.tree_cache = None
-    s.init_metrics_collector()
-    s.init_metrics_reporter()
-    s.init_schedule_policy()
+    # What init_chunked_prefill sets for the interval, and require_mlp_sync() (DP attention: mlp sync is required).
     s.prefill_decode_interval = get_schedule().prefill_decode_interval or 0
     s._prefill_decode_interval_remaining = 0
     s.prefill_decode_interval_min_bs = get_schedule().prefill_decode_interval_min_bs
@@ -272,18 +255,7 @@ _INTERVAL_PROCESS = """
 def _interval_processes(setting: Optional[str], tmp: Path) -> list[tuple[int, list[dict[str, Any]], str]]:
     """Two scheduler processes through INTERVAL_PLAN: (return code, the JSON lines printed, stderr) per rank."""
     script = _INTERVAL_PROCESS.format(no_scheduler=NO_SCHEDULER, world=WORLD, layout=LAYOUT, schedule=INTERVAL)
-    env = {} if setting is None else {"PREFILL_DELAYER_PROFILE": setting}
-    init_file = tmp / f"init-interval-{setting}"
-    with ThreadPoolExecutor(WORLD) as pool:
-        runs = list(pool.map(lambda rank: run_python(script, {
-            **env, "RANK": str(rank), "INIT_FILE": str(init_file), "PLAN": json.dumps(INTERVAL_PLAN),
-        }, timeout_s=300.0), range(WORLD)))
-    for done in runs:
-        if done.stdout.startswith(NO_SCHEDULER):
-            message = f"sglang.srt.managers.scheduler does not import here ({done.stdout.strip()[len(NO_SCHEDULER):]})"
-            if os.environ.get(REQUIRE) == "1":
-                pytest.fail(f"{REQUIRE}=1 but {message}")
-            pytest.skip(message + ": `bash .ci/sglang-scheduler` runs this test where it does")
+    runs = _run_schedulers(script, setting, tmp, "interval", lambda rank: {"PLAN": json.dumps(INTERVAL_PLAN)})
     return [(done.returncode, [json.loads(line) for line in done.stdout.splitlines()], done.stderr) for done in runs]
 
 
@@ -291,8 +263,10 @@ def test_prefill_decode_interval_min_bs_with_sglangs_own_delayer_aborts_one_rank
         tmp_path: Path) -> None:
     """The hazard, on SGLang 0.5.23's own code: on the pass that straddles min_bs, rank 0's delayer all-gather
     (6 int64 a rank) pairs with rank 1's mlp-sync all-gather (11 int64 a rank) on tp_group.cpu_group. gloo aborts
-    rank 0 (the shorter rows); rank 1's mlp-sync returns rank 0's delayer row as rank 0's mlp-sync row (its first
-    value, prefillable = 1, read as rank 0's num_tokens); rank 1 fails on its next collective, its peer gone."""
+    rank 0 (the shorter rows) every time. What rank 1's mlp-sync gather does depends on whether rank 0's row
+    reached it before rank 0 died: either it returns rank 0's delayer row as rank 0's mlp-sync row (its first
+    value, prefillable = 1, read as rank 0's num_tokens) and rank 1 fails on its next collective, its peer gone;
+    or the mlp-sync gather itself fails, its peer gone. No rank hangs; no rank says which collectives paired."""
     (rc0, out0, err0), (rc1, out1, err1) = _interval_processes(None, tmp_path)
     assert out0[0]["delayer"] == THEIRS[0] == out1[0]["delayer"]
     passes0, passes1 = out0[1:], out1[1:]
@@ -305,13 +279,22 @@ def test_prefill_decode_interval_min_bs_with_sglangs_own_delayer_aborts_one_rank
     assert rc0 == -6 and len(passes0) == STRADDLE - 1, (rc0, out0, err0)
     assert "Received data size doesn't match expected size" in err0
     assert "in _gather_info" in err0 and "prefill_delayer.py" in err0  # in the delayer's all-gather
-    # Rank 1 deferred; its mlp-sync gather "succeeded" with rank 0's delayer row in rank 0's place.
+    # Rank 1 deferred and ran the mlp-sync gather against rank 0's delayer gather.
     straddle = passes1[STRADDLE - 1]
-    assert straddle["deferred"] and "error" not in straddle and straddle["mlp_num_tokens"] == [1, 6]
-    after = passes1[STRADDLE]
-    assert after["pass"] == STRADDLE + 1 and after["error"]["type"] == "RuntimeError", out1
-    assert "Connection reset by peer" in after["error"]["message"] or "Connection closed by peer" in after["error"]["message"]
-    assert rc1 == 0
+    assert straddle["pass"] == STRADDLE and straddle["deferred"], out1
+    if "error" in straddle:  # rank 0 died before its row reached rank 1: the mlp-sync gather fails
+        failed = straddle
+    else:  # it "succeeded", with rank 0's delayer row in rank 0's place, and the next collective fails
+        assert straddle["mlp_num_tokens"] == [1, 6], out1
+        failed = passes1[STRADDLE]
+        assert failed["pass"] == STRADDLE + 1, out1
+    assert failed["error"]["type"] == "RuntimeError", out1
+    assert any(m in failed["error"]["message"] for m in ("Connection reset by peer", "Connection closed by peer")), out1
+    # It reports the failure and goes on; gloo may abort it as it tears down (its peer gone), but it never hangs.
+    assert out1[-1] == {"done": True} and rc1 in (0, -6), (rc1, out1, err1)
+    print(f"SGLang's own delayer, pass {STRADDLE}: rank 0 aborted (rc {rc0}) in the delayer's all-gather; rank 1's "
+          + ("mlp-sync gather failed" if failed is straddle else "mlp-sync gather returned [1, 6], pass "
+             f"{STRADDLE + 1} failed") + f" (rc {rc1})")
 
 
 def test_prefill_decode_interval_min_bs_with_ours_raises_desync_on_both_ranks_in_that_pass(tmp_path: Path) -> None:
@@ -335,3 +318,34 @@ def test_prefill_decode_interval_min_bs_with_ours_raises_desync_on_both_ranks_in
         in e0["message"], e0
     assert e0["passes"] == e1["passes"] == 2  # the delayer's passes 1 and 4; the state is as before pass 5
     assert out0[-1] == out1[-1] == {"done": True}
+
+
+# ----- a mixed rollout through the scheduler's own start-up: PREFILL_DELAYER_PROFILE set on one rank only ----------
+
+
+@pytest.mark.parametrize("foreign", [0, 1])
+def test_a_mixed_rollout_of_scheduler_processes_fails_the_rank_of_ours_with_one_line(
+        tmp_path: Path, foreign: int) -> None:
+    """Two scheduler processes as above, ``PREFILL_DELAYER_PROFILE=sglang`` on one only (a rolling restart, a typo
+    in one node's environment): load_plugins() replaces SGLang's classes on that rank and leaves SGLang's own on the
+    other. On the first pass SGLang's own rank (6 int64 a row against 10) is aborted by gloo; ours raises on that
+    pass with one line, a DesyncError naming the foreign rank or a CollectiveError saying what a vanished peer most
+    often is; no process hangs (tests/test_desync.py bounds the time to the group's timeout)."""
+    script = _SCHEDULER_PROCESS.format(no_scheduler=NO_SCHEDULER, world=WORLD, layout=LAYOUT, schedule=SCHEDULE)
+    runs = _run_schedulers(script, None, tmp_path, f"mixed-{foreign}", lambda rank: {
+        "PASSES": json.dumps(make_passes(rank)), **({} if rank == foreign else {"PREFILL_DELAYER_PROFILE": "sglang"})})
+    theirs, ours = runs[foreign], runs[1 - foreign]
+    assert "prefill-delayer active" not in theirs.stderr and SETTINGS_LINE in theirs.stderr, theirs.stderr
+    assert theirs.returncode == -6 and "Received data size doesn't match expected size" in theirs.stderr, theirs
+    assert "in _gather_info" in theirs.stderr, theirs.stderr  # SGLang's own delayer's all-gather, on its first pass
+    assert "prefill-delayer active" in ours.stderr and ours.returncode == 1, ours
+    last = ours.stderr.strip().splitlines()[-1].removeprefix(f"[rank{1 - foreign}]: ")  # torch's rank prefix
+    if last.startswith("prefill_delayer.runtime.errors.DesyncError: "):
+        assert f"rank {foreign} sent rows that are not sglang-delayer rows" in last, last
+        assert "SGLang's own PrefillDelayer, where PREFILL_DELAYER_PROFILE is not set" in last, last
+    else:
+        assert last.startswith("prefill_delayer.runtime.errors.CollectiveError: pass 1: "), last
+        assert "no pass has succeeded on this group yet" in last, last
+        assert "SGLang's own PrefillDelayer where PREFILL_DELAYER_PROFILE is not set" in last, last
+    print(f"mixed rollout, SGLang's own class on rank {foreign}: rank {foreign} rc {theirs.returncode}; "
+          f"rank {1 - foreign} (ours) {last.split(':')[0].rsplit('.', 1)[-1]}")
