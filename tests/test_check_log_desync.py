@@ -92,6 +92,9 @@ def test_ranks_whose_pass_numbers_drift_apart_are_flagged_where_the_drift_starts
     assert "rank 1's pass 12 is the collective rank 0 logged as pass 13" in f["message"]
     assert "the pass stamps they carry: rank 0: 13, rank 1: 13" in f["message"] and "a pass rank 1 skipped" in f["message"]
     assert f"{path}:" in f["where"][0]
+    # --traces says why the desync has no trace (replay runs the ranks in step), and names its pass.
+    rc, out, err = check_log(str(tmp_path), "--traces", str(tmp_path / "traces"))
+    assert rc == 1 and "trace not written (same-pass, pass 12): a desync" in out and "has no trace" in out, out + err
 
 
 def test_a_log_whose_rows_lack_the_pass_stamp_is_refused_saying_so(tmp_path: Path) -> None:

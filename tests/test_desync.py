@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from desync_harness import CONTROLS, KINDS, POLICIES, check_outcome, gloo_plans, make_config, random_plans, run_plans
+from desync_harness import CONTROLS, FOREIGN, KINDS, POLICIES, check_outcome, gloo_plans, make_config, random_plans, run_plans
 from prefill_delayer.runtime import CollectiveError, DesyncError, PolicyCore, run_ranks
 from prefill_delayer.runtime.envelope import FIELDS, PASS_MASK, SKIP_FLAG, TAG_SHIFT, Envelope, pass_of, row_tag
 from prefill_delayer.spec.registry import policy_named
@@ -57,21 +57,26 @@ def test_desync_error_pickles_with_its_attributes() -> None:
 @pytest.mark.parametrize("world", [2, 3])
 def test_each_fault_on_in_process_ranks(policy: str, kind: str, world: int) -> None:
     plan = {"policy": policy, "kind": kind, "rank": world - 1, "at": 3, "seed": 7}
-    outs = run_ranks(world, lambda rank, gather: run_plans(rank, world, lambda c: gather, [plan]))
-    check_outcome(plan, [o[0] for o in outs])
+    plans = [{**plan, "foreign": f} for f in FOREIGN] if kind == "foreign" else [plan]
+    outs = run_ranks(world, lambda rank, gather: run_plans(rank, world, lambda c: gather, plans))
+    for i, p in enumerate(plans):
+        check_outcome(p, [o[i] for o in outs])
 
 
 def test_the_messages_name_the_ranks_and_their_passes() -> None:
     world = 3
-    plans = [{"policy": "delayer", "kind": kind, "rank": 1, "at": 4, "seed": 1} for kind in KINDS]
+    kinds = ("skip", "repeat", "restart", "announce", "foreign")
+    assert set(kinds) == set(KINDS)
+    plans = [{"policy": "delayer", "kind": kind, "rank": 1, "at": 4, "seed": 1} for kind in kinds]
     outs = run_ranks(world, lambda rank, gather: run_plans(rank, world, lambda c: gather, plans))
-    skip, repeat, restart, announce = (outs[0][i]["message"] for i in range(len(KINDS)))
+    skip, repeat, restart, announce, foreign = (outs[0][i]["message"] for i in range(len(kinds)))
     assert "paired rows of different passes (ranks 0, 2: at pass 4; rank 1: at pass 5)" in skip
     assert "(ranks 0, 2: at pass 5; rank 1: at pass 4)" in repeat
     assert "(ranks 0, 2: at pass 4; rank 1: at pass 1)" in restart and "restarted with a fresh delayer" in restart
     assert "rank 1 skipped the pass's negotiation that the other ranks ran (ranks 0, 2: at pass 4; rank 1: skipping " \
            "pass 4)" in announce and "--prefill-decode-interval-min-bs" in announce
-    assert all(m.endswith("no decision was taken on them") for m in (skip, repeat, restart, announce))
+    assert "rank 1 sent rows that are not sglang-delayer rows" in foreign and "(ranks 0, 2: at pass 4)" in foreign
+    assert all(m.endswith("no decision was taken on them") for m in (skip, repeat, restart, announce, foreign))
 
 
 def test_a_foreign_row_is_named_and_nothing_is_decided() -> None:
@@ -127,7 +132,7 @@ def test_a_failed_pass_is_logged_with_the_rows_that_made_it_fail(tmp_path: Any) 
 # ----- randomised faults on gloo ranks ------------------------------------------------------------------
 
 # Plans per world size: every kind and control in turn (KINDS + CONTROLS), on a random policy, rank and pass.
-GLOO_PLANS = {2: 48, 3: 36, 4: 36}
+GLOO_PLANS = {2: 140, 3: 112, 4: 112}
 
 
 @pytest.mark.multiprocess
@@ -144,9 +149,11 @@ def test_randomised_faults_on_gloo_ranks(world: int) -> None:
     counts: dict[str, int] = {}
     for i, plan in enumerate(plans):
         check_outcome(plan, [o[i] for o in per_rank])
-        counts[f"{plan['kind']}/{plan['policy']}"] = counts.get(f"{plan['kind']}/{plan['policy']}", 0) + 1
+        kind = plan["kind"] + (f" ({plan['foreign']})" if plan["kind"] == "foreign" else "")
+        counts[f"{kind}/{plan['policy']}"] = counts.get(f"{kind}/{plan['policy']}", 0) + 1
     print(f"world {world}: {len(plans)} runs in {elapsed:.1f} s, by kind/policy: {dict(sorted(counts.items()))}")
     assert {p["kind"] for p in plans} == set(KINDS + CONTROLS)
+    assert {p["foreign"] for p in plans if p["kind"] == "foreign"} == set(FOREIGN)
 
 
 # ----- a mixed rollout: ours on one rank, SGLang 0.5.23's own class on the other ---------------------
