@@ -148,8 +148,9 @@ class ShellDelayer:
         max_running_requests: int = 0,
         waiting_queue_len: int = 0,
     ) -> Any:
-        """SGLang's private entry point, as its tests call it: one negotiated pass."""
-        return self._core.negotiate(
+        """SGLang's private entry point, as its tests call it: one whole pass (the core's
+        ``_negotiate_should_allow_prefill``: negotiated, then ended, since no executor ends it)."""
+        return self._core._negotiate_should_allow_prefill(
             local_prefillable, token_usage, running_batch, max_prefill_bs, max_running_requests, waiting_queue_len
         )
 
