@@ -1,28 +1,37 @@
-"""Benchmark of the decision log: its cost per pass in the runtime, and check-log's speed.
+"""Benchmark of the decision log at fleet scale: its size, its cost in the runtime, check-log's speed and memory.
 
-    python -m prefill_delayer.benchmarks.decision_log [--passes 4000] [--rounds 15] [--check-passes 5000]
+    python -m prefill_delayer.benchmarks.decision_log [--records 2000000] [--exact-records 200000] [--jobs N]
 
-1. **Runtime cost.** One rank over the in-process gather
+1. **Runtime cost per pass.** One rank over the in-process gather
    (``runtime.InProcessGroup``), one scheduler pass per iteration through
-   ``PrefillDelayerSinglePassExecutor`` (negotiate + finalize, the inputs of
-   ``benchmarks.runtime``), with the log off and on, in interleaved rounds. The cost
-   is CPU time of the whole process (``time.process_time``), so the writer
-   thread's formatting-free work (join, write, flush) counts too; the figure
-   is the median over rounds of (on - off) per pass. Target: <= 10 µs.
-2. **check-log's speed.** A 4-rank run over the in-process gather writes its
-   logs (``--check-passes`` passes per rank, a mix of every kind of pass); then
-   ``check-log``'s whole path (read, re-fire every pass through the
-   ``transitions`` machine, agreement, invariants, summary) runs on them, pinned
-   to one core. Target: >= 20,000 pass records (one rank's line of one pass)
-   per second.
+   ``PrefillDelayerSinglePassExecutor``, with the log off and on, in
+   interleaved rounds; process CPU time (the writer thread counts too), median
+   over rounds of (on - off) per pass. Then the line of a 16-rank pass alone
+   (``DecisionLog.passed`` with 16 ranks' gathered rows, writer included): what
+   a rank of a dp16 group pays. Target: <= 10 µs each.
+2. **A group-day at reduced scale.** 16 ranks of SGLang's delayer (``hardened``,
+   DP attention), each a real ``PolicyCore`` logging format 2 (compact), stepped
+   in lock-step in one process (each pass's rows computed by the spec's own
+   ``local_row`` and handed to every rank as its all-gather), on a mixed
+   workload with clock readings and token usages at full float precision, for
+   ``--records`` pass records (>= 2 million). Printed: bytes per rank-pass
+   (target <= 200).
+3. **check-log on it**, in a child process, as a user runs it: the default
+   path (the spec on columns, the machine on flagged and sampled passes, every
+   core) over the whole group-day, and ``--exact`` over its first
+   ``--exact-records``; records per second (wall time) and the peak RSS of the
+   check and all its workers together (sampled). Targets: >= 500,000 records
+   per second for the default path, <= 512 MB.
 
-Not a test: on a shared machine the figures move by tens of percent between runs.
+Exits 1 when a target is missed. Not a test: on a shared machine the figures
+move by tens of percent between runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -33,11 +42,14 @@ from typing import Any, Callable, Optional
 from .runtime import MAX_DELAY_PASSES, SERVER_ARGS, WATERMARK, _inputs
 from ..runtime.delayer import CROSSCHECK_ENV, PrefillDelayer, PrefillDelayerSinglePassExecutor
 from ..runtime.example import mixed_workload
-from ..runtime.inprocess import InProcessGroup, run_ranks
+from ..runtime.inprocess import InProcessGroup
 from ..runtime.server_args import ServerArgs
 
 RUNTIME_TARGET_US = 10.0
-CHECK_TARGET_PER_S = 20_000
+BYTES_TARGET = 200
+CHECK_TARGET_PER_S = 500_000
+RSS_TARGET_MB = 512
+WORLD = 16
 
 
 def _delayer(gather: Any, decision_log: Any) -> PrefillDelayer:
@@ -83,52 +95,117 @@ def runtime_cost(passes: int, rounds: int, folder: Path) -> tuple[float, float, 
     return statistics.median(times["off"]), statistics.median(times["on"]), extra
 
 
-def write_logs(folder: Path, passes: int, world: int = 4, profile: str = "hardened") -> None:
-    """A ``world``-rank run over the in-process gather, each rank logging into ``folder``."""
-    sa = ServerArgs(enable_dp_attention=True, prefill_delayer_queue_min_ratio=0.5, prefill_delayer_max_delay_ms=20.0)
+def line_cost(passes: int, folder: Path) -> float:
+    """Process CPU µs of one 16-rank pass's line (``DecisionLog.passed``, the writer thread included)."""
+    from ..runtime.decision_log import DecisionLog, DecisionLogOptions
+    from ..runtime.envelope import Envelope
+    from ..spec import Config
 
-    def rank_main(rank: int, gather: Any) -> None:
-        clock = [1000.0]
-        d = PrefillDelayer(world, 1, None, sa, 8, 0.5, gather=gather, clock=lambda: clock[0], profile=profile,
-                           decision_log=folder)
-        for k in range(passes):
-            clock[0] += 0.004
-            prefillable, usage, rb, pb, mrr, wq = mixed_workload(rank, world, k)
-            ex = PrefillDelayerSinglePassExecutor(d, usage)
-            ex.finalize(actual_prefill=ex.negotiate_should_allow_prefill(prefillable, rb, pb, mrr, wq) if prefillable else False)
-        d.close()
+    c = Config(profile="hardened", dp_size=WORLD, enable_dp_attention=True, max_delay_passes=8, queue_min_ratio=0.5)
+    log = DecisionLog(DecisionLogOptions(folder / "line.jsonl"), c, rank=3, group_rank=3, group_ranks=list(range(WORLD)))
+    env = Envelope(c)
+    rng = random.Random(1)
+    flats = [[v for r in range(WORLD) for v in (rng.randint(0, 1), 0, rng.randint(0, 300), 64, rng.randint(0, 90), 0, 256,
+                                                  0, env.fingerprint)] for _ in range(64)]
+    policy = c.policy
+    state = policy.init
+    d = policy.decision_cls(policy.state_cls("delaying", 2, 1000.123456789, False), "mixed", False, "delay", 9, 0, 0, 0.0)
+    c0 = time.process_time()
+    for k in range(passes):
+        log.passed(k + 1, 1000.0 + k * 0.0501234567, (0.8712345678901234, 256), flats[k & 63], state, d)
+    log.close()
+    return (time.process_time() - c0) / passes * 1e6
 
-    run_ranks(world, rank_main, timeout_s=60.0)
+
+def write_group_day(folder: Path, records: int, world: int = WORLD, seed: int = 0) -> int:
+    """``records // world`` passes of a ``world``-rank group, every rank a real ``PolicyCore`` logging into ``folder``;
+    returns the passes. The ranks step in lock-step in this process: each pass's rows are the spec's ``local_row`` of each
+    rank's inputs, handed to every rank as its all-gather (and checked against the row the rank built)."""
+    from ..fsm import Step
+    from ..runtime import PolicyCore
+    from ..runtime.decision_log import DecisionLogOptions
+    from ..runtime.envelope import Envelope
+    from ..spec import Config
+    from ..spec.ops import PY
+
+    c = Config(profile="hardened", dp_size=world, enable_dp_attention=True, max_delay_passes=8, queue_min_ratio=0.5,
+               max_delay_ms=20.0, token_usage_low_watermark=0.5)
+    policy, env, step = c.policy, Envelope(c), Step(c)
+    rows: list[list[int]] = [[] for _ in range(world)]
+    flat: list[int] = []
+
+    class Lockstep:
+        world_size = world
+
+        def __init__(self, rank: int) -> None:
+            self.rank = rank
+
+        def __call__(self, row: list[int]) -> list[list[int]]:
+            if list(row) != rows[self.rank]:
+                raise AssertionError(f"rank {self.rank} built {row}, the spec {rows[self.rank]}")
+            return [rows[r] for r in range(world)]
+
+    clocks = [[1000.0 + 7.0 * r] for r in range(world)]
+    cores = [PolicyCore(c, Lockstep(r), clock=lambda r=r: clocks[r][0],
+                        decision_log=DecisionLogOptions(folder, folder=True, max_bytes=2**40)) for r in range(world)]
+    rng = random.Random(seed)
+    passes = records // world
+    for k in range(passes):
+        dt = 0.05 + rng.random() * 0.001
+        inputs = []
+        for r in range(world):
+            clocks[r][0] += dt
+            prefillable, usage, rb, pb, mrr, wq = mixed_workload(r, world, k)
+            usage = usage - rng.random() * 0.01  # a ratio at full precision, as SGLang's token usage is
+            inp = policy.input_cls(prefillable, usage, rb, pb, mrr, wq)
+            state = step.finalize(cores[r].state)
+            rows[r] = policy.local_row(PY, c, inp, policy.local_for(PY, state, clocks[r][0], inp)) + list(env.tail)
+            inputs.append(inp)
+        for core, inp in zip(cores, inputs):
+            core.negotiate(*inp)
+            core.finalize()
+    for core in cores:
+        core.close()
+    del flat
+    return passes
 
 
-def check_speed(folder: Path) -> tuple[int, int, float, str]:
-    """(pass records, violations, CPU seconds, result line) of check-log on ``folder``, pinned to one core."""
-    from ..conformance import check_logs as run
+def check_run(folder: Path, *extra: str) -> tuple[int, float, float, str]:
+    """(exit code, wall seconds, peak MB of the check and its workers, last line) of ``prefill-delayer check-log``."""
+    import subprocess
 
-    pinned = ""
-    if hasattr(os, "sched_setaffinity"):
-        cpus = sorted(os.sched_getaffinity(0))
-        os.sched_setaffinity(0, {cpus[-1]})
-        pinned = f" (pinned to CPU {cpus[-1]})"
-    try:
-        c0 = time.process_time()
-        report, _, _ = run([str(folder)])
-        cpu = time.process_time() - c0
-    finally:
-        if pinned:
-            os.sched_setaffinity(0, set(cpus))
-    return report.checked["conformance"], report.violations, cpu, pinned
+    import psutil
+
+    cmd = [sys.executable, "-m", "prefill_delayer.cli", "check-log", str(folder), *extra]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak = 0
+    ps = psutil.Process(proc.pid)
+    while proc.poll() is None:
+        try:
+            procs = [ps] + ps.children(recursive=True)
+            peak = max(peak, sum(p.memory_info().rss for p in procs if p.is_running()))
+        except psutil.Error:
+            pass
+        time.sleep(0.1)
+    out, err = proc.communicate()
+    wall = time.perf_counter() - t0
+    lines = (out or err).strip().splitlines()
+    return proc.returncode, wall, peak / 2**20, lines[-1] if lines else ""
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m prefill_delayer.benchmarks.decision_log", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--passes", type=int, default=4000, help="passes per timed block (default 4000)")
+    parser.add_argument("--passes", type=int, default=4000, help="passes per timed block of the runtime cost (default 4000)")
     parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds; medians are reported (default 15)")
-    parser.add_argument("--check-passes", type=int, default=5000, help="passes per rank of the 4-rank log check-log reads (default 5000)")
+    parser.add_argument("--records", type=int, default=2_000_000, help="pass records of the group-day (default 2,000,000)")
+    parser.add_argument("--exact-records", type=int, default=200_000, help="records --exact checks (default 200,000)")
+    parser.add_argument("--jobs", type=int, default=None, help="check-log's worker processes (default: every core)")
     args = parser.parse_args(argv)
     if os.environ.pop(CROSSCHECK_ENV, None) is not None:
         print(f"{CROSSCHECK_ENV} unset for the benchmark: it times the production path")
     os.environ.pop("PREFILL_DELAYER_DECISION_LOG", None)  # the log is turned on and off here, explicitly
+    missed = []
     with tempfile.TemporaryDirectory(prefix="prefill-delayer-bench-log-") as tmp:
         folder = Path(tmp)
         off, on, extra = runtime_cost(args.passes, args.rounds, folder)
@@ -136,15 +213,40 @@ def main(argv: Optional[list[str]] = None) -> int:
               f"(process CPU, writer thread included; median of {args.rounds} rounds of {args.passes} passes)")
         print(f"decision log: {extra:.2f} µs extra per pass (target <= {RUNTIME_TARGET_US:g}): "
               + ("ok" if extra <= RUNTIME_TARGET_US else "OVER TARGET"))
-        logs = folder / "run"
-        logs.mkdir()
-        write_logs(logs, args.check_passes)
-        records, violations, cpu, pinned = check_speed(logs)
-        rate = records / cpu
-        print(f"check-log: {records} pass records (4 ranks x {args.check_passes} passes) read and checked in "
-              f"{cpu:.2f} s CPU{pinned}, {violations} violation(s)")
-        print(f"check-log: {rate:,.0f} pass records per second on one core (target >= {CHECK_TARGET_PER_S:,}): "
-              + ("ok" if rate >= CHECK_TARGET_PER_S else "UNDER TARGET"))
+        line16 = line_cost(20_000, folder)
+        print(f"decision log: {line16:.2f} µs per pass for one rank of a {WORLD}-rank group (the line alone, writer included; "
+              f"target <= {RUNTIME_TARGET_US:g}): " + ("ok" if line16 <= RUNTIME_TARGET_US else "OVER TARGET"))
+        missed += ["runtime cost"] * (extra > RUNTIME_TARGET_US) + ["16-rank line cost"] * (line16 > RUNTIME_TARGET_US)
+        day = folder / "day"
+        day.mkdir()
+        t0 = time.perf_counter()
+        passes = write_group_day(day, args.records)
+        records = passes * WORLD
+        size = sum(p.stat().st_size for p in day.iterdir())
+        per = size / records
+        print(f"group-day: {WORLD} ranks x {passes} passes = {records:,} pass records, {size / 2**20:.0f} MB in format 2 "
+              f"(written in {time.perf_counter() - t0:.0f} s)")
+        print(f"log size: {per:.1f} bytes per rank-pass (target <= {BYTES_TARGET}): " + ("ok" if per <= BYTES_TARGET else "OVER TARGET"))
+        missed += ["bytes per rank-pass"] * (per > BYTES_TARGET)
+        jobs = ["--jobs", str(args.jobs)] if args.jobs else []
+        rc, wall, peak, last = check_run(day, *jobs)
+        rate = records / wall
+        print(f"check-log (default: columns, machine on flagged and sampled passes): {records:,} records in {wall:.1f} s, "
+              f"{rate:,.0f} records per second (target >= {CHECK_TARGET_PER_S:,}): "
+              + ("ok" if rate >= CHECK_TARGET_PER_S else "UNDER TARGET") + f"; {last}")
+        print(f"check-log peak RSS, all its processes: {peak:.0f} MB (target <= {RSS_TARGET_MB}): "
+              + ("ok" if peak <= RSS_TARGET_MB else "OVER TARGET"))
+        missed += ["check-log speed"] * (rate < CHECK_TARGET_PER_S) + ["check-log memory"] * (peak > RSS_TARGET_MB) + ["clean"] * (rc != 0)
+        small = folder / "small"
+        small.mkdir()
+        write_group_day(small, args.exact_records, seed=1)
+        rc2, wall2, peak2, last2 = check_run(small, "--exact", *jobs)
+        print(f"check-log --exact (every pass through the transitions machine): {args.exact_records:,} records in {wall2:.1f} s, "
+              f"{args.exact_records / wall2:,.0f} records per second, peak {peak2:.0f} MB; {last2}")
+        missed += ["clean (--exact)"] * (rc2 != 0)
+    if missed:
+        print("targets missed: " + ", ".join(missed))
+        return 1
     return 0
 
 

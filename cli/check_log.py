@@ -22,6 +22,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", metavar="FILE", help="write the machine-readable report here")
     parser.add_argument("--traces", metavar="DIR", help="write each flagged window as a trace `prefill-delayer replay` reproduces")
     parser.add_argument("--plot", metavar="FILE.png", help="draw a per-rank timeline of decisions and the delay-run histogram (needs matplotlib)")
+    parser.add_argument("--exact", action="store_true",
+                        help="re-fire every pass through the transitions machine (default: the spec evaluated on columns, "
+                        "and the machine on every pass that flags plus a random sample)")
+    parser.add_argument("--sample", type=float, default=None, metavar="SHARE",
+                        help="share of passes the default path also re-fires through the machine (default 0.005)")
+    parser.add_argument("--jobs", type=int, default=None, metavar="N", help="worker processes (default: every core, for logs of "
+                        "more than a few chunks)")
+    parser.add_argument("--digest", metavar="FILE", help="also write this node's digest (agreement and group invariants still "
+                        "to check across nodes) for --merge")
+    parser.add_argument("--merge", action="store_true",
+                        help="the paths are digest files written by --digest on each node: check agreement and the run "
+                        "invariants across them, without the logs")
     parser.add_argument(
         "--own-profile",
         action="store_true",
@@ -33,9 +45,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def options_problem(args: Any) -> Optional[str]:
     """The first bad option, before any work starts."""
-    problem = out_file_problem("--json", args.json) or out_dir_problem("--traces", args.traces) or out_file_problem("--plot", args.plot)
+    problem = (out_file_problem("--json", args.json) or out_dir_problem("--traces", args.traces) or out_file_problem("--plot", args.plot)
+               or out_file_problem("--digest", args.digest))
     if problem:
         return problem
+    if args.sample is not None and not 0.0 <= args.sample <= 1.0:
+        return f"--sample must be a share in [0, 1], got {args.sample}"
+    if args.jobs is not None and args.jobs < 1:
+        return f"--jobs must be an integer >= 1, got {args.jobs}"
+    if args.merge and (args.traces or args.plot or args.digest or args.exact):
+        return "--merge reads digests, not logs: --traces, --plot, --digest and --exact need the logs"
     if args.plot:
         if Path(args.plot).suffix.lower() not in PLOT_SUFFIXES:
             return f"--plot {args.plot}: expected a file name ending in {', '.join(PLOT_SUFFIXES)}"
@@ -45,13 +64,38 @@ def options_problem(args: Any) -> Optional[str]:
     return None
 
 
+def _progress() -> Any:
+    """A line on stderr every few seconds of a long check (none for a short one)."""
+    import time
+
+    t0 = time.monotonic()
+    last = [t0]
+
+    def say(text: str) -> None:
+        now = time.monotonic()
+        if now - last[0] >= 5.0:
+            last[0] = now
+            print(f"prefill-delayer check-log: {text} checked ({now - t0:.0f} s)", file=sys.stderr, flush=True)
+
+    return say
+
+
 def main(args: Any) -> int:
     from ..conformance import check_logs
     from ..conformance.logread import LogError
     from ..conformance.summary import text
 
+    progress = _progress()
     try:
-        report, data, written = check_logs(args.paths, own_profile=args.own_profile, traces=args.traces)
+        if args.merge:
+            from ..conformance.digest import merge_digests
+
+            report, data = merge_digests(args.paths, jobs=args.jobs)
+            written = None
+        else:
+            report, data, written = check_logs(args.paths, own_profile=args.own_profile, traces=args.traces, exact=args.exact,
+                                               sample=args.sample, jobs=args.jobs, plot=bool(args.plot), progress=progress,
+                                               digest=args.digest)
     except LogError as exc:
         print(f"prefill-delayer check-log: {exc}", file=sys.stderr)
         return 2

@@ -13,16 +13,25 @@ from __future__ import annotations
 from typing import Any, Optional
 
 
-def check_logs(paths: list[str], *, own_profile: bool = False, traces: Optional[str] = None) -> tuple[Any, dict[str, Any], Optional[list]]:
+def check_logs(paths: list[str], *, own_profile: bool = False, traces: Optional[str] = None, exact: bool = False,
+               sample: Optional[float] = None, jobs: Optional[int] = None, plot: bool = False,
+               progress: Any = None, digest: Optional[str] = None) -> tuple[Any, dict[str, Any], Optional[list]]:
     """(report, JSON data, trace entries); ``LogError`` for input that cannot be checked."""
-    from .checks import build_sessions, check
-    from .logread import read_logs
+    from .stream import DEFAULT_SAMPLE, check_stream
     from .summary import summary_data
 
-    logs, empty = read_logs(paths)
-    sessions, notes = build_sessions(logs, own_profile)
-    report = check(sessions, notes)
+    writer = None
+    if digest is not None:
+        from .digest import DigestWriter
+
+        writer = DigestWriter(digest)
+    report, empty, timelines = check_stream(paths, own_profile=own_profile, exact=exact,
+                                            sample=DEFAULT_SAMPLE if sample is None else sample, jobs=jobs, plot=plot,
+                                            progress=progress, keep=writer.add if writer is not None else None)
+    report.timelines = timelines
     data = summary_data(report, empty)
+    if writer is not None:
+        writer.close(report, data)
     written = None
     if traces:
         from .traces import export_traces

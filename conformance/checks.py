@@ -25,15 +25,16 @@ passes every compared rank logged.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any, Optional, Sequence
 
 from ..fsm import DelayerMachine, Step
 from ..runtime.decision_log import build_spec_hash
 from ..runtime.envelope import Envelope
 from ..spec.config import Config
-from ..spec.monitors import Agreement, GroupRunBound, PassRule, RunBound, RunReport
+from ..spec.monitors import Agreement, PassRule
 from ..spec.ops import PY
 from ..spec.policy import REFUTED
 from .logread import LogError, PassRec, RankLog
@@ -77,7 +78,7 @@ class LogStats:
     delay_runs: Counter = field(default_factory=Counter)  # complete runs: length -> count
     cut_runs: int = 0  # runs cut by a gap or by the log's start, not judged
     open_run: int = 0  # a run still going when the log ends
-    waits: list[float] = field(default_factory=list)  # wait_seconds of releases after >= 1 delay
+    waits: list[Any] = field(default_factory=list)  # wait_seconds of releases after >= 1 delay (arrays, one per chunk)
     mixed: int = 0
     mixed_waits_ended: Counter = field(default_factory=Counter)  # waits begun on a mixed pass: how they ended
 
@@ -110,6 +111,9 @@ class Report:
     checked: Counter = field(default_factory=Counter)  # what was checked how often
     session_stats: dict[int, dict[str, Any]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    timelines: dict[int, Any] = field(default_factory=dict)
+    refired: int = 0  # passes re-fired through the transitions machine
+    cross_counts: Counter = field(default_factory=Counter)  # the findings of checks across ranks, by (category, property)  # for --plot: per session and rank, (passes, allow, reason) chunks
 
     def add(self, f: Finding) -> None:
         key = (f.category, f.property)
@@ -212,161 +216,78 @@ def _known(profile: str, prop: str, policy: Any) -> bool:
     return inv is not None and inv.expected.get(profile) == REFUTED
 
 
-class _Run:
-    """A run monitor's progress over one rank's passes: its length, where it began, whether its start is known."""
+class PassChecker:
+    """One rank's pass re-fired through the ``transitions`` machine, on Python values: the exact path.
 
-    __slots__ = ("mon", "limit", "run", "first", "known", "finding")
+    ``check(rec, view)`` holds one logged pass (``PassRec``) against the spec:
+    its rows (when the line has every rank's), its own row against ``local_row``,
+    the machine's decision and next state from the logged state, and the pass
+    rules; it returns the findings (``rank R pass N: ...``). The column path
+    (``conformance.columns``) decides which passes come here: every one under
+    ``--exact``, else a sample and every pass it flags.
+    """
 
-    def __init__(self, mon: RunBound, limit: int) -> None:
-        self.mon, self.limit = mon, limit
-        self.run, self.first, self.known, self.finding = 0, None, False, None
-
-    def reset(self, known: bool) -> None:
-        self.run, self.first, self.known, self.finding = 0, None, known, None
-
-
-class _RankChecker:
-    """Walks one rank's passes once: conformance, per-rank invariants and the summary's counts."""
-
-    def __init__(self, report: Report, session: Session, log: RankLog, machine: DelayerMachine, step: Step) -> None:
-        self.report, self.session, self.log, self.machine, self.step = report, session, log, machine, step
+    def __init__(self, session: Session, log: RankLog, machine: DelayerMachine, step: Step) -> None:
+        self.session, self.log, self.machine, self.step = session, log, machine, step
         self.c = session.config
         self.policy = self.c.policy
-        self.stats = report.stats[(session.index, log.rank)] = LogStats()
         self.envelope = Envelope(self.c)
+        self.rules = [inv.check for inv in self.policy.invariants if isinstance(inv.check, PassRule)]
 
-    def finding(self, category: str, prop: str, rec: PassRec, message: str, first: Optional[int] = None) -> Finding:
-        f = Finding(category, prop, self.session.index, rec.number, [self.log.rank],
-                    f"rank {self.log.rank} pass {rec.number}: {message}", [self.log.where(rec.fi, rec.line)], first,
-                    _known(self.c.profile, prop, self.policy))
-        self.report.add(f)
-        return f
+    def finding(self, category: str, prop: str, rec: Any, message: str, first: Optional[int] = None) -> Finding:
+        return Finding(category, prop, self.session.index, rec.number, [self.log.rank],
+                       f"rank {self.log.rank} pass {rec.number}: {message}", [self.log.where(rec.fi, rec.line)], first,
+                       _known(self.c.profile, prop, self.policy))
 
-    def run(self) -> None:
-        log, c, st, machine, report, step, policy = self.log, self.c, self.stats, self.machine, self.report, self.step, self.policy
+    def view(self, rec: PassRec) -> Any:
+        """The view of a line's gathered rows (a line without them logs its view: ``PassRec.rows`` is then None)."""
         env = self.envelope
-        fp, world, gr = log.fingerprint, c.world_size, log.group_rank
         n, k = env.row_len, env.n_policy
-        flat_len = world * n
+        flat = rec.rows
+        return self.step.view([flat[i:i + k] for i in range(0, len(flat), n)])
+
+    def check(self, rec: PassRec, view: Any, own: Optional[Sequence[int]] = None) -> list[Finding]:
+        """The findings of one pass; ``own`` is the rank's own row when the line has no gathered rows."""
+        log, c, machine, step, policy = self.log, self.c, self.machine, self.step, self.policy
+        env = self.envelope
+        gr = log.group_rank
+        n, k = env.row_len, env.n_policy
         schema = policy.log
-        mixed_of = schema.mixed
-        rules = [inv.check for inv in policy.invariants if isinstance(inv.check, PassRule)]
-        runs = [_Run(inv.check, inv.check.limit(PY, c)) for inv in policy.invariants if isinstance(inv.check, RunBound)]
-        report_mon = next((inv.check for inv in policy.invariants if isinstance(inv.check, RunReport)), None)
-        sets = _sets_by_pass(log)
-        st.failed.update(f.error for f in log.fails)
-        st.sets = len(log.sets)
-        passes = log.passes
-        st.passes = len(passes)
-        if passes:
-            st.first, st.last = passes[0].number, passes[-1].number
-        prev: Optional[PassRec] = None
-        hold = 0  # consecutive passes that do not allow: the summary's hold runs
-        hold_first: Optional[PassRec] = None
-        hold_known = bool(passes) and passes[0].number == 1  # the run's start is in the log
-        for r in runs:
-            r.reset(hold_known)
-        restore, negotiate = machine.restore, machine.negotiate
-        zeros = [0] * k
-        for rec in passes:
-            number, now, readings, flat, before, dec = rec[:6]
-            # -- continuity: the state this pass starts from is what the previous one left
-            if prev is not None and prev.number + 1 == number:
-                want_before = _apply_sets(step.finalize(prev.decision.next_state), sets.get(prev.number))
-                if before != want_before:
-                    self.finding(CONFORMANCE, "continuity", rec, "starts from a state the previous pass did not "
-                                 f"leave: {_state_differs(before, want_before)}")
-            elif prev is None and number == 1:
-                want_before = _apply_sets(policy.init, sets.get(0))
-                if before != want_before:
-                    self.finding(CONFORMANCE, "continuity", rec, f"the first pass does not start from a fresh delayer's "
-                                 f"state: {_state_differs(before, want_before)}")
-            else:
-                if prev is not None:
-                    st.gaps.append((prev.number + 1, number - 1))
-                if hold:
-                    st.cut_runs += 1
-                hold, hold_first, hold_known = 0, None, False
-                for r in runs:
-                    r.reset(False)
-            prev = rec
+        out: list[Finding] = []
+        number, now, readings, flat, before, dec = rec[:6]
+        if flat is not None:
             # -- the rows: a successful pass carries no error and one fingerprint
-            if flat[env.f_fingerprint::n].count(fp) != world or any(flat[env.f_error::n]):
-                self.finding(CONFORMANCE, "row", rec, "the pass succeeded on rows that carry an input error or "
-                             "another configuration's fingerprint (the runtime must have refused it)")
-            rows = [flat[i:i + k] for i in range(0, flat_len, n)]
-            view = step.view(rows)
-            # -- re-fire through the transitions machine
-            try:
-                own = rows[gr] if gr is not None else zeros
-                inp = schema.inputs_from_row(own, readings)
-                local = step.local(before, now, inp)
-                if gr is not None:
-                    want_row = policy.local_row(PY, c, inp, local)
-                    if list(own) != want_row:
-                        shown = ", ".join(f"{name} {readings[key]!r}" for name, key in schema.readings)
-                        self.finding(CONFORMANCE, "row", rec, f"this rank sent {list(own)} but the spec's local_row gives "
-                                     f"{want_row} for its logged readings ({shown}, clock {now!r})")
-                restore(before)
-                want = negotiate(view, local)
-            except (AssertionError, ValueError) as exc:
-                self.finding(CONFORMANCE, "no-transition", rec, f"the spec has no transition for this pass: {exc}")
-                want = None
-            if want is not None and want != dec:
-                if want[1:] != dec[1:]:
-                    self.finding(CONFORMANCE, "decision", rec, f"logged decision differs from the spec's: {_fields_differ(dec, want)}")
-                else:
-                    self.finding(CONFORMANCE, "next-state", rec, f"logged next state differs from the spec's: "
-                                 f"{_state_differs(dec.next_state, want.next_state)}")
-            # -- invariants and counts
-            allow = dec.output_allow
-            mixed = bool(mixed_of(view, dec)) if mixed_of is not None else False
-            st.reasons[dec.output_reason] += 1
-            st.mixed += mixed
-            for rule in rules:
-                if rule.premise(PY, c, view, dec) and not rule.claim(PY, c, view, dec):
-                    self.finding(INVARIANT, rule.id, rec, rule.explain(view, dec))
-            for r in runs:
-                if r.mon.counts(PY, c, view, dec):
-                    r.run += 1
-                    if r.run == 1:
-                        r.first = rec
-                    start = r.first.number if r.first is not None else number
-                    if r.run == r.limit + 1:
-                        r.finding = self.finding(INVARIANT, r.mon.id, rec, r.mon.log_text.format(
-                            run=r.run, start=start, end=number, limit=r.limit), start)
-                    elif r.finding is not None and r.mon.log_text_done is not None:
-                        r.finding.message = f"rank {log.rank} pass {r.finding.pass_number}: " + r.mon.log_text_done.format(
-                            run=r.run, start=r.finding.first_pass, end=number, limit=r.limit)
-                else:
-                    r.reset(True)
-            if not allow:
-                hold += 1
-                if hold == 1:
-                    hold_first = rec
-                continue
-            # a release: it reports the wait it ends
-            if hold_known:
-                if hold:
-                    st.delay_runs[hold] += 1
-                if report_mon is not None:
-                    want_seconds = now - hold_first.now if hold and hold_first is not None else 0.0
-                    got_length, got_seconds = getattr(dec, report_mon.length), getattr(dec, report_mon.seconds)
-                    if got_length != hold or got_seconds != want_seconds:
-                        self.finding(INVARIANT, report_mon.id, rec, f"releases after {hold} consecutive {report_mon.noun}"
-                                     + (f" (since pass {hold_first.number}, clock {hold_first.now!r})" if hold and hold_first else "")
-                                     + f" but reports {report_mon.length}={got_length} {report_mon.seconds}={got_seconds!r} "
-                                     f"(expected {hold} and {want_seconds!r})", hold_first.number if hold and hold_first else None)
-            elif hold:
-                st.cut_runs += 1
-            if report_mon is not None and getattr(dec, report_mon.length) > 0:
-                st.waits.append(getattr(dec, report_mon.seconds))
-            if hold and hold_first is not None and mixed_of is not None and mixed_of(None, hold_first.decision):
-                st.mixed_waits_ended[dec.output_reason] += 1
-            hold, hold_first, hold_known = 0, None, True
-        if hold:
-            st.open_run = hold
-        report.checked["conformance"] += len(passes)
+            if flat[env.f_fingerprint::n].count(log.fingerprint) != c.world_size or any(flat[env.f_error::n]):
+                out.append(self.finding(CONFORMANCE, "row", rec, "the pass succeeded on rows that carry an input error or "
+                                        "another configuration's fingerprint (the runtime must have refused it)"))
+            if gr is not None:
+                own = flat[gr * n:gr * n + k]
+        # -- re-fire through the transitions machine
+        try:
+            own_row = own if own is not None and gr is not None else [0] * k
+            inp = schema.inputs_from_row(PY, own_row, readings)
+            local = step.local(before, now, inp)
+            if gr is not None:
+                want_row = policy.local_row(PY, c, inp, local)
+                if list(own_row) != want_row:
+                    shown = ", ".join(f"{name} {readings[key]!r}" for name, key in schema.readings)
+                    out.append(self.finding(CONFORMANCE, "row", rec, f"this rank sent {list(own_row)} but the spec's local_row "
+                                            f"gives {want_row} for its logged readings ({shown}, clock {now!r})"))
+            machine.restore(before)
+            want = machine.negotiate(view, local)
+        except (AssertionError, ValueError) as exc:
+            out.append(self.finding(CONFORMANCE, "no-transition", rec, f"the spec has no transition for this pass: {exc}"))
+            want = None
+        if want is not None and want != dec:
+            if want[1:] != dec[1:]:
+                out.append(self.finding(CONFORMANCE, "decision", rec, f"logged decision differs from the spec's: {_fields_differ(dec, want)}"))
+            else:
+                out.append(self.finding(CONFORMANCE, "next-state", rec, f"logged next state differs from the spec's: "
+                                        f"{_state_differs(dec.next_state, want.next_state)}"))
+        for rule in self.rules:
+            if rule.premise(PY, c, view, dec) and not rule.claim(PY, c, view, dec):
+                out.append(self.finding(INVARIANT, rule.id, rec, rule.explain(view, dec)))
+        return out
 
 
 def _sets_by_pass(log: RankLog) -> dict[int, list[tuple[str, bool]]]:
@@ -403,9 +324,36 @@ def _show_key(policy: Any, key: tuple) -> str:
     return f"{decided} -> " + "/".join(f"{n}={v}" if isinstance(v, bool) else str(v) for n, v in zip(policy.shared, key[k:]))
 
 
+@functools.lru_cache(maxsize=64)
+def _envelope(c: Any) -> Envelope:
+    return Envelope(c)
+
+
+def _local_args(policy: Any, env: Envelope, log: RankLog, rec: Any) -> tuple:
+    """The rank's local inputs on this pass (``Policy.local_inputs``), rebuilt from its own row and readings.
+
+    A record of the column path carries the rank's own row (``own``); a format-1 record has every rank's rows.
+    """
+    own = getattr(rec, "own", None)
+    if own is None:
+        gr = log.group_rank
+        own = rec.rows[gr * env.row_len:gr * env.row_len + env.n_policy] if gr is not None else [0] * env.n_policy
+    # The cross-rank columns keep only the readings of local inputs; the others do not enter the answer.
+    readings = {**{key: 0 for key in policy.log.keys}, **rec.readings}
+    inp = policy.log.inputs_from_row(PY, list(own), readings)
+    return tuple(getattr(inp, name) for name in policy.local_inputs)
+
+
 def _compare(report: Report, s: Session, number: int, present: list[tuple[int, PassRec]],
-             split_since: Optional[int]) -> tuple[bool, Optional[int]]:
-    """One pass across the ranks that logged it: equal rows, equal decisions. Returns (agree, split_since)."""
+             split: Optional[tuple[int, str]]) -> tuple[bool, Optional[tuple[int, str]]]:
+    """One pass across the ranks that logged it: equal rows, equal decisions. Returns (agree, split).
+
+    ``split`` is where the ranks' states parted, while they stay apart: the pass on
+    which they decided differently from the same state, and the agreement
+    property that pass broke. A later disagreement of ranks whose states differ is
+    that same violation's consequence, and is reported under its property, not
+    judged by the later pass's arguments alone.
+    """
     policy = s.config.policy
     logs = s.logs
     i0, first = present[0]
@@ -418,94 +366,32 @@ def _compare(report: Report, s: Session, number: int, present: list[tuple[int, P
     keys = [_agreement_key(policy, r) for _, r in present]
     same_state = all(shared_state(r, policy) == shared_state(first, policy) for _, r in present)
     if all(k == keys[0] for k in keys):
-        return True, (None if same_state else split_since)
-    if same_state:
-        split_since = None
-    elif split_since is None:
-        split_since = number
-    local_keys = [key for name, key in policy.log.readings if name in policy.local_inputs]
-    equal_args = all(all(r.readings[key] == first.readings[key] for key in local_keys) for _, r in present)
+        return True, (None if same_state else split)
+    env = _envelope(s.config)
+    local_args = [_local_args(policy, env, logs[i], r) for i, r in present]
+    equal_args = all(a == local_args[0] for a in local_args)
     agreements = [inv for inv in policy.invariants if isinstance(inv.check, Agreement)]
     chosen = next((inv for inv in agreements if inv.check.equal_args == equal_args), agreements[0] if agreements else None)
     prop = chosen.id if chosen is not None else "agreement"
+    if same_state or split is None:  # they part here (or parted before this log shows)
+        split = (number, prop)
+    else:
+        prop = split[1]
     groups: dict[tuple, list[int]] = {}
     for (i, _), k in zip(present, keys):
         groups.setdefault(k, []).append(logs[i].rank)
     text = "; ".join(f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}: {_show_key(policy, k)}" for k, rs in groups.items())
-    why = "from the same state and gathered rows" if same_state else f"(their states differ, split since pass {split_since})"
+    if same_state:
+        why = "from the same state and gathered rows"
+    elif split[0] == number:
+        why = "(their states differ, though no earlier pass in the logs shows them deciding apart)"
+    else:
+        why = f"(their states differ since they parted on pass {split[0]})"
     local_names = ", ".join(policy.local_inputs)
     args = "equal arguments, only the clocks differ" if equal_args else f"different {local_names}"
     report.add(Finding(AGREEMENT, prop, s.index, number, [logs[i].rank for i, _ in present],
                        f"pass {number}: ranks decide differently {why}, {args}: {text}",
                        [logs[i].where(r.fi, r.line) for i, r in present], None, _known(s.config.profile, prop, policy)))
-    return False, split_since
+    return False, split
 
 
-def check_session(report: Report, s: Session) -> None:
-    """Agreement, equal gathered rows and the group run bounds over the passes the ranks logged in common."""
-    c = s.config
-    policy = c.policy
-    logs = s.logs
-    maps = [{r.number: r for r in log.passes} for log in logs]
-    numbers = sorted(set().union(*maps)) if maps else []
-    groups = [inv.check for inv in policy.invariants if isinstance(inv.check, GroupRunBound)]
-    windows = [mon.window(PY, c) for mon in groups]
-    profile = c.profile
-    mixed_of = policy.log.mixed
-    stats = report.session_stats[s.index] = {
-        "passes": len(numbers), "compared": 0, "mixed": 0, "mixed_resolved": Counter(), "disagreements": 0,
-    }
-    runs = [0] * len(groups)
-    starts: list[Optional[int]] = [None] * len(groups)
-    prev_number = None
-    split_since: Optional[int] = None
-    for number in numbers:
-        present = [(i, m[number]) for i, m in enumerate(maps) if number in m]
-        first = present[0][1]
-        agree = True
-        if len(present) > 1:
-            stats["compared"] += 1
-            agree, split_since = _compare(report, s, number, present, split_since)
-        if mixed_of is not None and mixed_of(None, first.decision):
-            stats["mixed"] += 1
-            stats["mixed_resolved"]["split" if not agree else first.decision.output_reason] += 1
-        stats["disagreements"] += not agree
-        # the group run bounds: every rank of the gather, on consecutive passes
-        if prev_number is not None and number != prev_number + 1:
-            runs, starts = [0] * len(groups), [None] * len(groups)
-        prev_number = number
-        complete = len(present) == c.world_size
-        for g, (mon, window) in enumerate(zip(groups, windows)):
-            counting = [logs[i].rank for i, r in present if mon.counts(PY, c, None, r.decision)]
-            if not complete or not counting:
-                runs[g], starts[g] = 0, None
-                continue
-            runs[g] += 1
-            if runs[g] == 1:
-                starts[g] = number
-            if runs[g] == window:
-                report.add(Finding(INVARIANT, mon.id, s.index, number, s.ranks,
-                                   f"passes {starts[g]}..{number} ({window} = {mon.window_text} in a row) "
-                                   f"each have {mon.some} (on pass {number}: rank {', '.join(map(str, sorted(counting)))}): "
-                                   "the group never prefills together", [], starts[g], _known(profile, mon.id, policy)))
-    report.checked["agreement"] += stats["compared"]
-
-
-def check(sessions: list[Session], notes: Iterable[str] = ()) -> Report:
-    """Every check on every session."""
-    from .desync import check_desync
-
-    report = Report(sessions, notes=list(notes))
-    machines: dict[int, tuple[DelayerMachine, Step]] = {}
-    for s in sessions:
-        fp = s.logs[0].fingerprint
-        found = machines.get(fp)
-        if found is None:
-            machine = DelayerMachine(s.config)
-            found = machines[fp] = (machine, Step(s.config, machine.table))
-        for log in s.logs:
-            _RankChecker(report, s, log, *found).run()
-        check_session(report, s)
-        check_desync(report, s)
-    report.findings.sort(key=lambda f: (f.session, f.pass_number, f.category, f.property))
-    return report

@@ -7,19 +7,22 @@
 * **same-pass.** The runtime refuses a pass whose rows carry different pass
   stamps (``runtime.envelope``) and logs it as a ``DesyncError``: each such
   collective is one finding, with the ranks that logged it. And ranks whose
-  logged pass numbers drift apart, so that one rank's pass ``n`` is the
-  collective another logged as pass ``n + d`` (the same gathered rows), are a
-  desync from the pass where the drift starts: a skipped pass in one rank's
-  numbering.
+  logged pass numbers drift apart, so that one rank's pass ``n`` is another
+  collective than its peer's pass ``n`` (the pass numbers their rows' stamps
+  carried differ by ``d``), are a desync from the pass where the drift starts:
+  a skipped pass in one rank's numbering. The stamps are in every log line
+  (format 2: the ``pass_stamp`` column beside the rank's own row; format 1: the
+  gathered rows), so this runs on the columns, chunk by chunk, for compact logs
+  and for digests merged from several nodes (``stream.stamp_drift``); the
+  digest of the gathered rows is compared across ranks pass by pass as before.
 
 Both read only what the logs hold; nothing here changes the other checks.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
-from ..runtime.envelope import Envelope, pass_of
 from .checks import Finding, Report, Session
 
 DESYNC = "desync"
@@ -28,15 +31,12 @@ CHECKS = (
     (DESYNC, "every-rank-logged", "every rank of the gather wrote a log"),
     (DESYNC, "same-pass", "every all-gather paired rows of one pass (no skip, repeat, restart or foreign delayer)"),
 )
-# How far apart two ranks' numberings are searched for the same collective.
-MAX_DRIFT = 8
 
 
 def check_desync(report: Report, s: Session) -> None:
-    """The desync checks of one run."""
-    _every_rank_logged(report, s)
-    _desync_errors(report, s)
-    _drift(report, s)
+    """The desync checks of one run that read its logs whole (the drift is ``stream.stamp_drift``'s, on columns)."""
+    every_rank_logged(report, s)
+    desync_errors(report, s)
 
 
 def _first_pass(s: Session) -> int:
@@ -44,7 +44,7 @@ def _first_pass(s: Session) -> int:
     return min(numbers, default=1)
 
 
-def _every_rank_logged(report: Report, s: Session) -> None:
+def every_rank_logged(report: Report, s: Session) -> None:
     world = s.config.world_size
     if len(s.logs) >= world:
         return
@@ -61,7 +61,7 @@ def _every_rank_logged(report: Report, s: Session) -> None:
         [log.files[0] for log in s.logs]))
 
 
-def _desync_errors(report: Report, s: Session) -> None:
+def desync_errors(report: Report, s: Session) -> None:
     """One finding per refused collective: the ranks that logged the same DesyncError."""
     by_message: dict[str, list[tuple[Any, Any]]] = {}
     for log in s.logs:
@@ -78,34 +78,13 @@ def _desync_errors(report: Report, s: Session) -> None:
             [log.where(f.fi, f.line) for log, f in found]))
 
 
-def _drift(report: Report, s: Session) -> None:
-    """Ranks whose pass ``n`` is another rank's ``n + d``: where each drift starts, once per pair and drift."""
-    if len(s.logs) < 2:
-        return
-    env = Envelope(s.config)
-    maps = [{r.number: r for r in log.passes} for log in s.logs]
-    by_rows = [{tuple(r.rows): r.number for r in log.passes} for log in s.logs]
-    base, base_log = maps[0], s.logs[0]
-    for other, (m, log) in enumerate(zip(maps[1:], s.logs[1:]), 1):
-        drift: Optional[int] = 0
-        for number in sorted(m):
-            rec = m[number]
-            mine = base.get(number)
-            if mine is not None and mine.rows == rec.rows:
-                drift = 0
-                continue
-            there = by_rows[0].get(tuple(rec.rows))
-            if there is None or there == number or abs(there - number) > MAX_DRIFT:
-                continue  # not a collective rank 0 logged: rows-differ says so
-            d = there - number
-            if d == drift:
-                continue
-            drift = d
-            stamps = rec.rows[env.f_stamp::env.row_len]
-            sent = ", ".join(f"rank {i}: {pass_of(x)}" for i, x in enumerate(stamps))
-            report.add(Finding(
-                DESYNC, "same-pass", s.index, number, [base_log.rank, log.rank],
-                f"pass {number}: rank {log.rank}'s pass {number} is the collective rank {base_log.rank} logged as pass "
-                f"{there} (the same gathered rows; the pass stamps they carry: {sent}): the two ranks' pass numbers "
-                f"drift apart by {abs(d)} from here, a pass rank {log.rank if d > 0 else base_log.rank} skipped",
-                [log.where(rec.fi, rec.line), base_log.where(maps[0][there].fi, maps[0][there].line)], number))
+def drift_finding(s: Session, place: int, base: int, number: int, base_stamp: int, stamp: int, where: list[str]) -> Finding:
+    """The same-pass finding of rank ``place`` whose pass ``number`` carried another stamp than rank ``base``'s."""
+    log, base_log = s.logs[place], s.logs[base]
+    d = stamp - base_stamp
+    return Finding(
+        DESYNC, "same-pass", s.index, number, [base_log.rank, log.rank],
+        f"pass {number}: rank {log.rank}'s pass {number} carried pass stamp {stamp}, rank {base_log.rank}'s {base_stamp}: "
+        f"not one collective; the two ranks' pass numbers drift apart by {abs(d)} from here, a pass rank "
+        f"{log.rank if d > 0 else base_log.rank} ended without negotiating (a skip)",
+        where, number)

@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Any, NamedTuple, Optional, Sequence
 
 from ..runtime.envelope import Envelope
+from ..runtime.reduce import envelope_for
 from ..spec.config import Config
+from ..spec.policy import ALL_GATHER
 from ..spec.errors import ConfigError
 from ..spec.fields import BOOL, CONTROL, COUNT, OPT_SECONDS, REASON, SECONDS, TEXT, USAGE
 from ..spec.schema import HEADER_KEYS, KIND_FAIL, KIND_HEADER, KIND_PASS, KIND_SET, LOG_FORMATS_READ, decision_keys, state_keys
@@ -88,7 +90,7 @@ class RankLog:
 
     def __post_init__(self) -> None:
         self.schema = LineSchema.of(self.config)
-        self.flat_len = self.config.world_size * self.schema.row_len
+        self.flat_len = self.config.policy.received_rows(self.config) * self.schema.row_len
 
     @property
     def rank(self) -> int:
@@ -199,7 +201,7 @@ class LineSchema:
         policy = config.policy
         found = cls._cache.get(policy.name)
         if found is None:
-            found = cls._cache[policy.name] = cls(policy, Envelope(config).row_len)
+            found = cls._cache[policy.name] = cls(policy, envelope_for(config).row_len)
         return found
 
     def _ok(self, kind: str, v: Any) -> bool:
@@ -289,7 +291,7 @@ def _pass_problem(o: dict[str, Any], log: RankLog) -> Optional[str]:
     problem = schema.readings_problem(o)
     if problem:
         return problem
-    rows, n = o["rows"], log.config.world_size
+    rows, n = o["rows"], log.config.policy.received_rows(log.config)  # every rank's row, or one reduced row
     if not isinstance(rows, list) or len(rows) != n * schema.row_len or not set(map(type, rows)) <= _INTLIKE:
         got = f"{len(rows)} entries" if isinstance(rows, list) else _type_name(rows)
         return f"field 'rows' expected {n * schema.row_len} integers ({n} ranks of {schema.row_len}), got {got}"
@@ -357,6 +359,9 @@ def parse_header(o: dict[str, Any]) -> tuple[dict[str, Any], Config]:
         raise ValueError(f"its configuration is invalid in this build: {exc}") from None
     if config.world_size != o["world_size"]:
         raise ValueError(f"world_size {o['world_size']} but its configuration has {config.world_size} ranks in the gather")
+    if config.policy.collective != ALL_GATHER:  # a reduced row holds no rank's own row to re-fire it from
+        raise ValueError(f"a log of {config.policy.title}, whose collective is an {config.policy.collective}: check-log "
+                         "reads logs of all-gather policies only (each line records the reduced row, not the rank's own)")
     fields = list(Envelope(config).row_fields)
     if o.get("row_fields", fields) != fields:
         raise ValueError(f"its rows hold {_show(o['row_fields'], 200)} but this build's hold {_show(fields, 200)}: "

@@ -130,7 +130,7 @@ def summary_data(report: Report, empty: list[str]) -> dict[str, Any]:
                                                              for k, v in ss["mixed_resolved"].items()},
             "disagreeing_passes": ss["disagreements"], "ranks": ranks,
         })
-    waits = sorted(w for st in report.stats.values() for w in st.waits)
+    waits = _waits(report)
     return {
         "tool": "prefill-delayer check-log",
         "spec_hash": build_spec_hash(),
@@ -149,11 +149,19 @@ def summary_data(report: Report, empty: list[str]) -> dict[str, Any]:
     }
 
 
-def _wait_stats(waits: list[float]) -> dict[str, Any]:
-    if not waits:
+def _waits(report: Report) -> Any:
+    """Every wait's seconds, ascending (the stats keep them as arrays, one per chunk)."""
+    import numpy as np
+
+    parts = [np.asarray(w, dtype=np.float64).reshape(-1) for st in report.stats.values() for w in st.waits]
+    return np.sort(np.concatenate(parts)) if parts else np.zeros(0)
+
+
+def _wait_stats(waits: Any) -> dict[str, Any]:
+    if not len(waits):
         return {"count": 0}
-    return {"count": len(waits), "p50": percentile(waits, 50), "p90": percentile(waits, 90),
-            "p99": percentile(waits, 99), "max": waits[-1]}
+    return {"count": len(waits), "p50": float(percentile(waits, 50)), "p90": float(percentile(waits, 90)),
+            "p99": float(percentile(waits, 99)), "max": float(waits[-1])}
 
 
 def _share(n: int, total: int) -> str:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..runtime.envelope import Envelope
+from ..spec.ops import PY
 from ..spec.schema import config_keys, expect_of
 from ..traces.format import validate_trace
 from ..traces.violations import replayable
@@ -91,7 +92,7 @@ def build_trace(s: Session, maps: list[dict[int, PassRec]], start: int, last: in
         for place, m in enumerate(maps):
             r = m[k]
             own = r.rows[place * n:place * n + k_policy]
-            inp = policy.log.inputs_from_row(own, r.readings)
+            inp = policy.log.inputs_from_row(PY, own, r.readings)
             ranks.append({**{fld.trace_name: getattr(inp, fld.name) for fld in policy.trace.inputs}, "now_s": r.now})
             expect_list.append(expect_of(policy, r.decision))
         passes.append({"ranks": ranks, "expect": expect_list, "log_pass": k})
@@ -144,7 +145,6 @@ def export_traces(report: Report, directory: str | Path) -> list[dict[str, Any]]
                 out.append({"property": f.property, "pass": f.pass_number, "path": None,
                             "why": f"a trace needs every rank's log: {len(s.logs)} of {s.config.world_size} logged"})
             continue
-        maps = [{r.number: r for r in log.passes} for log in s.logs]
         covered: list[tuple[str, int, int]] = []
         written: dict[str, int] = {}
         over_cap: dict[str, set[int]] = {}  # property -> first passes of the windows not written
@@ -152,11 +152,16 @@ def export_traces(report: Report, directory: str | Path) -> list[dict[str, Any]]
             first = f.first_pass if f.first_pass is not None else f.pass_number
             if any(p == f.property and a <= first <= b for p, a, b in covered):
                 continue  # inside a window already written
-            if f.category == "agreement" and _first_split(s, maps, f):
-                continue  # the ranks were already apart: the window of the pass that split them says it
+            maps = None
+            if f.category == "agreement":
+                maps = report.window(s, max(1, first - MAX_WINDOW), f.pass_number)  # type: ignore[attr-defined]
+                if _first_split(s, maps, f):
+                    continue  # the ranks were already apart: the window of the pass that split them says it
             if written.get(f.property, 0) >= MAX_TRACES_PER_PROPERTY:
                 over_cap.setdefault(f.property, set()).add(first)
                 continue
+            if maps is None:  # a bounded window: the passes a trace may start from, up to the violation
+                maps = report.window(s, max(1, first - MAX_WINDOW), f.pass_number)  # type: ignore[attr-defined]
             start, why = choose_window(s, maps, first, f.pass_number)
             entry: dict[str, Any] = {"property": f.property, "pass": f.pass_number, "path": None}
             if start is None:

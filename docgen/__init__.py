@@ -386,7 +386,7 @@ def _releases(page: Page) -> None:
     add(
         "The verdict of each invariant for each release: the status `prefill-delayer prove` establishes for the "
         "release's profile (and fails CI if it changes). Every refuted cell comes with a shortest counterexample "
-        "trace that `prefill-delayer replay` reproduces and that the release's own code reproduces too."
+        "trace that `prefill-delayer replay` reproduces" + _docs(pol, "replayed_by", " and that the release's own code reproduces too") + "."
     )
     add("")
     ours_profiles = [p.name for p in pol.profiles if not p.releases]

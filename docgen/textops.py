@@ -201,6 +201,11 @@ class TextOps:
         return Expr(f"int({lift(a) * ratio})")
 
     @staticmethod
+    def ratio_at_least(num: Any, den: Any, ratio: Any) -> Expr:
+        """``num / den >= ratio``, the quotient in IEEE doubles."""
+        return (lift(num) / den)._cmp(">=", ratio)
+
+    @staticmethod
     def num(x: Any) -> Expr:
         return lift(x)
 

@@ -187,6 +187,12 @@ class SrcOps:
         return Src(f"int({lit(a)} * {lit(ratio)})")
 
     @staticmethod
+    def ratio_at_least(num: Any, den: Any, ratio: Any) -> Any:
+        if not any(isinstance(x, Src) for x in (num, den, ratio)):
+            return num / den >= ratio
+        return Src(f"({lit(num)} / {lit(den)} >= {lit(ratio)})", is_bool=True)
+
+    @staticmethod
     def num(x: Any) -> Any:
         return x
 
@@ -272,11 +278,12 @@ class _Generator:
         self.table = table
         self.row_len = row_len
         self.o = SrcOps()
-        rows = [[Src(f"{_FLAT}[{i}]", index=i) for i in range(r * row_len, (r + 1) * row_len)] for r in range(c.world_size)]
+        self.received = self.policy.received_rows(c)  # every rank's row, or one reduced row
+        rows = [[Src(f"{_FLAT}[{i}]", index=i) for i in range(r * row_len, (r + 1) * row_len)] for r in range(self.received)]
         # The view's fields, each computed (once) where a path first needs it.
         self.view_defs: dict[str, str] = {}
         names: dict[str, Any] = {}
-        for name, value in self.policy.gathered_view(self.o, c, rows)._asdict().items():
+        for name, value in self.policy.view_of(self.o, c, rows)._asdict().items():
             if isinstance(value, Src):
                 self.view_defs[f"v_{name}"] = value.code
                 names[name] = Src(f"v_{name}", value.is_bool)
@@ -361,8 +368,8 @@ class _Generator:
         # negotiate(state, now, *local inputs, flat) -> Decision: the table's rows for the state.
         out.append(f"def negotiate(state, {_NOW}, {''.join(a + ', ' for a in local_args)}{_FLAT}):")
         out.append(f"    {', '.join(states)} = state")
-        out.append(f"    if len({_FLAT}) != {c.world_size * self.row_len}:")
-        out.append(f"        raise _bad_rows(len({_FLAT}), {c.world_size}, {self.row_len})")
+        out.append(f"    if len({_FLAT}) != {self.received * self.row_len}:")
+        out.append(f"        raise _bad_rows(len({_FLAT}), {self.received}, {self.row_len})")
         for i, src in enumerate(table.sources):
             out.append(f"    {'if' if i == 0 else 'elif'} control == {src!r}:")
             out += _indent(self.select(table.by_source[src], self._local(src), {}, {}, frozenset()), 8)
@@ -406,7 +413,8 @@ class CompiledStep:
       are the inputs the policy's ``local_for`` reads (for SGLang's delayer,
       ``max_running_requests``); ``flat`` is every rank's row, concatenated in
       global rank order (``world_size * row_len`` ints: the policy's fields, then
-      the runtime's envelope); a wrong length raises ``ValueError``;
+      the runtime's envelope), or for a policy whose collective is an
+      all-reduce the one reduced row; a wrong length raises ``ValueError``;
     * ``finalize(state) -> State``.
 
     ``state`` must be the policy's ``State``. Equal, pass for pass, to

@@ -27,8 +27,8 @@ class Step:
         return self.policy.init
 
     def view(self, rows: Any) -> Any:
-        """The gathered view of every rank's policy row."""
-        return self.policy.gathered_view(PY, self.config, rows)
+        """The view of the policy rows the collective handed this rank: every rank's, or the one reduced row."""
+        return self.policy.view_of(PY, self.config, rows)
 
     def local(self, state: Any, now: Any, inp: Any) -> Any:
         """The guards' view of ``state`` at clock reading ``now`` with this rank's inputs (needs a finalized state)."""

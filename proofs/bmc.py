@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional
 import z3
 
 from ..spec.fields import BOOL, COUNT, REASON, USAGE
-from ..spec.monitors import Agreement, GroupRunBound, RunBound
+from ..spec.monitors import Agreement, GroupRunBound, PassRule, RunBound
 from ..spec.table import Table
 from .model import SOLVER_TACTIC, Outcome, encode_pass, initial_state, raw
 from .z3ops import Z3Ops
@@ -27,6 +27,7 @@ MAX_PASSES = 6
 SMALL = 1000  # bound on counts in traces, for readable numbers
 USAGE_SCALE = 1024  # a usage in 1/1024ths is exact as a double
 SAME_LOCAL_ARGS = "same-local-args"
+ALLOW_DIFFERS = "allow-differs"
 
 
 class Unrolling:
@@ -89,6 +90,13 @@ def violation_of(monitor: Any) -> Violation:
             return z3.Or(*bad)
 
         return run_too_long
+    if isinstance(monitor, PassRule):
+
+        def rule_broken(u: Unrolling) -> Any:
+            """At some pass some rank's decision breaks the rule, on that pass's gathered view."""
+            return z3.Or(*[monitor.violated(u.o, u.c, view, out.decision) for view, outs in zip(u.views, u.outs) for out in outs])
+
+        return rule_broken
     if isinstance(monitor, Agreement):
 
         def ranks_disagree(u: Unrolling) -> Any:
@@ -120,7 +128,12 @@ def same_local_args(u: Unrolling) -> Any:
     return z3.And(*[ins[0][n] == ins[r][n] for ins in u.inputs for r in range(1, RANKS) for n in names])
 
 
-RESTRICTIONS: dict[str, Violation] = {SAME_LOCAL_ARGS: same_local_args}
+def allow_differs(u: Unrolling) -> Any:
+    """Some pass has ranks of which one may prefill and another may not (not only their reasons differ)."""
+    return z3.Or(*[outs[0].allow != outs[r].allow for outs in u.outs for r in range(1, RANKS)])
+
+
+RESTRICTIONS: dict[str, Violation] = {SAME_LOCAL_ARGS: same_local_args, ALLOW_DIFFERS: allow_differs}
 
 
 def shortest(policy: Any, fam: Any, table: Table, violation: Violation, extra: Optional[Violation] = None, timeout_ms: int = 20000,

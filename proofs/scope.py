@@ -17,11 +17,18 @@ def scope_for(policy: Any, options: Mapping[str, Any]) -> Any:
 
 
 def scope_line(profiles: Iterable[str], options: Mapping[str, Any], layouts_proved: bool) -> str:
-    """One line: where the proved properties hold, generated from the families they are checked on."""
-    profiles = list(profiles)
-    ranges = sorted({
-        policy_of(p).proof.scope_ranges(policy_of(p).proof.families(p, scope_for(policy_of(p), options))) for p in profiles
-    })
-    layout_texts = list(dict.fromkeys(policy_of(p).proof.layout_range for p in profiles))
-    layout = " | ".join(layout_texts) if layouts_proved else "the abstract view only (aggregate-view not proved)"
-    return f"scope: every proved property holds for {' | '.join(ranges)}; layouts: {layout}"
+    """Where the proved properties hold, generated from the families they are checked on: a line per policy.
+
+    One policy gives one line, ``scope: ...``; several give one ``scope of <policy>: ...`` line each,
+    in the order of ``profiles``.
+    """
+    by_policy: dict[Any, list[str]] = {}
+    for p in profiles:
+        by_policy.setdefault(policy_of(p), []).append(p)
+    lines = []
+    for policy, mine in by_policy.items():
+        ranges = sorted({policy.proof.scope_ranges(policy.proof.families(p, scope_for(policy, options))) for p in mine})
+        layout = policy.proof.layout_range if layouts_proved else "the abstract view only (aggregate-view not proved)"
+        head = "scope" if len(by_policy) == 1 else f"scope of {policy.title}"
+        lines.append(f"{head}: every proved property holds for {' | '.join(ranges)}; layouts: {layout}")
+    return "\n".join(lines)

@@ -9,6 +9,7 @@ encoded exactly in linear integer arithmetic for a configured ratio (see
 from __future__ import annotations
 
 import itertools
+import math
 from fractions import Fraction
 from typing import Any, Iterable
 
@@ -25,6 +26,7 @@ _fresh = itertools.count()
 # holds for every ratio (every dp_size): a sound over-approximation.
 _TIMES_ANY_RATIO = z3.Function("int_of_times_any_ratio", z3.IntSort(), z3.IntSort())
 _CEIL_DIV_ANY = z3.Function("ceil_div_any_divisor", z3.IntSort(), z3.IntSort(), z3.IntSort())
+_RATIO_AT_LEAST_ANY = z3.Function("quotient_at_least_any_ratio", z3.IntSort(), z3.IntSort(), z3.BoolSort())
 
 
 def floor_mul_term(n: Any, ratio: Any, side: list) -> Any:
@@ -48,6 +50,38 @@ def ceil_div_term(a: Any, b: Any, side: list) -> Any:
     f = _CEIL_DIV_ANY(a, b)
     side.append(z3.Implies(b >= 1, z3.And(f >= 0, f <= a, z3.Implies(a >= 1, f >= 1))))
     return f
+
+
+def ratio_at_least_term(num: Any, den: Any, ratio: Any, side: list) -> Any:
+    """``fl(num / den) >= ratio`` for integers ``num >= 0``, ``den >= 1``.
+
+    For a configured ratio, exactly: rounding to nearest is monotone, so the
+    double quotient reaches ``ratio`` iff the exact quotient is above the
+    midpoint ``m`` between ``ratio`` and the double below it, or equal to it
+    when ``ratio``'s significand is even (a tie rounds to even): linear in
+    ``num`` and ``den``. For an ``AnyValue`` ratio (every ratio in (0, 1] at
+    once): an uninterpreted predicate of ``(num, den)``, constrained only by what
+    holds for every such ratio (a quotient >= 1 reaches it, 0 does not).
+    """
+    if isinstance(ratio, AnyValue):
+        if ratio.high > 1:
+            raise ValueError("ratio_at_least over every ratio needs ratios in (0, 1]")
+        r = _RATIO_AT_LEAST_ANY(num, den)
+        side.append(z3.Implies(den >= 1, z3.And(z3.Implies(num >= den, r), z3.Implies(num <= 0, z3.Not(r)))))
+        return r
+    if not (isinstance(ratio, float) and 0.0 < ratio < 2.0**52):
+        raise ValueError(f"ratio {ratio!r} outside the exactly modelled range")
+    below = math.nextafter(ratio, 0.0)
+    mid = (Fraction(below) + Fraction(ratio)) / 2
+    even = _even_significand(ratio)
+    n, d = mid.numerator, mid.denominator
+    return num * d >= n * den if even else num * d > n * den
+
+
+def _even_significand(x: float) -> bool:
+    """Whether the 53-bit significand of the positive double ``x`` is even."""
+    mantissa, _ = math.frexp(x)
+    return int(mantissa * 2**53) % 2 == 0
 
 
 def fresh_int(prefix: str) -> z3.ArithRef:
@@ -124,6 +158,9 @@ class Z3Ops:
         if key not in self._floor_mul:
             self._floor_mul[key] = floor_mul_term(a, ratio, self.side)
         return self._floor_mul[key]
+
+    def ratio_at_least(self, num: Any, den: Any, ratio: Any) -> Any:
+        return ratio_at_least_term(num, den, ratio, self.side)
 
     def num(self, x: Any) -> Any:
         return exact_real(x)

@@ -36,6 +36,7 @@ from ..fsm.compiled import CompiledStep
 from ..spec.errors import ConfigError
 from ..spec.fields import clock_problem
 from ..spec.inputs import CLOCK
+from ..spec.policy import ALL_GATHER
 from .decision_log import DecisionLog, open_decision_log
 from .envelope import PASS_MASK, Envelope, ensure_rows
 from .errors import CollectiveError
@@ -54,6 +55,13 @@ class PolicyCore:
     ``gather(row) -> rows`` callable (``runtime.gather``, ``runtime.inprocess``);
     ``clock`` returns seconds and is read exactly once per pass.
     """
+
+    def __new__(cls, config: Any, *args: Any, **kwargs: Any) -> "PolicyCore":
+        if cls is PolicyCore and config.policy.collective != ALL_GATHER:  # an all-reduce policy: runtime.reduce's core
+            from .reduce import ReduceCore
+
+            cls = ReduceCore
+        return object.__new__(cls)
 
     def __init__(
         self,
@@ -82,13 +90,15 @@ class PolicyCore:
         # building per-rank lists; any other is flattened after a shape check.
         self._gather_flat: Optional[Callable[[Sequence[int]], Sequence[int]]] = getattr(gather, "gather_flat", None)
         self._group = describe(gather)
-        self.envelope = env = Envelope(c)
+        self.envelope = env = self._make_envelope(c, gather)
         self._world_size = c.world_size
         self._flat_len = env.flat_len
         self._fingerprint = env.fingerprint
         self._n = env.row_len
-        self._f_error, self._f_fingerprint, self._f_stamp = env.f_error, env.f_fingerprint, env.f_stamp
-        self._tag_bits = env.tag_bits
+        self._f_error, self._f_fingerprint = env.f_error, env.f_fingerprint
+        # An all-reduce's row (``runtime.reduce``) is reduced, not one row per rank: it carries no pass stamp.
+        self._f_stamp: Optional[int] = getattr(env, "f_stamp", None)
+        self._tag_bits: int = getattr(env, "tag_bits", 0)
         self._problems = env.checks.problems
         # The compiled row ends with the envelope of a valid row.
         self._step = CompiledStep(c, row_tail=env.tail, row_len=env.row_len)
@@ -97,10 +107,10 @@ class PolicyCore:
         self._state = policy.init
         self._passes = 0
         self._pass = 1  # the pass this rank is on: 1 + the passes it ended (finalize)
-        self._stamp = env.stamp(1)
+        self._stamp = env.stamp(1) if self._f_stamp is not None else 0
         # Last: the header it writes records the finished configuration.
         self._log: Optional[DecisionLog] = open_decision_log(decision_log, c, gather, registry=registry)
-        self.negotiate = types.MethodType(_compiled_pass(policy.name), self)  # type: ignore[method-assign]
+        self.negotiate = types.MethodType(self._pass_function(), self)  # type: ignore[method-assign]
         if self._log is not None:
             weakref.finalize(self, self._log.close)  # flushed when the delayer goes, and at exit
 
@@ -111,9 +121,22 @@ class PolicyCore:
         The gather (``runtime.gather.TorchGather``) is sized from the
         configuration, so a caller of any policy needs nothing but the group.
         """
+        if config.policy.collective != ALL_GATHER:
+            from .reduce import ReduceEnvelope, TorchAllReduce
+
+            row_len = ReduceEnvelope(config, 0).row_len
+            return cls(config, TorchAllReduce(group, device, config.world_size, row_len, config.policy.collective), **kwargs)
         from .gather import TorchGather
 
         return cls(config, TorchGather(group, device, config.world_size, Envelope(config).row_len), **kwargs)
+
+    def _make_envelope(self, config: Any, gather: Any) -> Any:
+        """The runtime's part of each row for this core's collective (``runtime.reduce`` has the all-reduce's)."""
+        return Envelope(config)
+
+    def _pass_function(self) -> Callable[..., Any]:
+        """The pass compiled for this policy's inputs and collective."""
+        return _compiled_pass(self.policy.name)
 
     # ----- state -------------------------------------------------------------
 

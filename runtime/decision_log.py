@@ -8,17 +8,23 @@ replays the lines through the ``transitions`` machine.
 
 Lines (``kind`` first):
 
-The schema is ``spec.schema`` (format 1), by the policy's own names. Lines (``kind`` first):
+The schema is ``spec.schema``, by the policy's own names; format 2 by default
+(``DecisionLogOptions.format``), in mode ``compact`` (``rows="full"`` for
+incidents, or ``PREFILL_DELAYER_DECISION_LOG_ROWS=full``). Lines:
 
 * ``header``, first in every file: the full configuration, its fingerprint, the
   profile, the spec hash, this rank's place in the gather, the run id, and the
-  field names of the rows, states and decisions;
-* ``pass``, per successful pass: pass number, rank, wall time, this rank's
-  clock reading (``now``), its readings (the policy's ``LogSchema.readings``; for
-  SGLang's delayer ``token_usage`` and ``max_running_requests`` as ``mrr``),
-  the gathered rows exactly as received (concatenated, rank order), the state
-  before (finalized), the decision and the state after, then profile, spec hash
-  and fingerprint;
+  field names of the rows, states and decisions (format 2: the pass line's
+  ``columns`` and ``enums``, the mode, the digest's definition);
+* ``pass``, per successful pass. Format 2: one JSON array of numbers, its size
+  independent of the world: pass number, wall time, this rank's clock reading,
+  its readings (the policy's ``LogSchema.readings``; for SGLang's delayer
+  ``token_usage`` and ``max_running_requests`` as ``mrr``), its own row, the
+  view it decided on, the state before (finalized), the decision, the state
+  after and a digest of the gathered rows (``spec.schema.rows_digest``), which
+  check-log holds against the rows rebuilt from every rank's own row; ``full``
+  mode appends every rank's row. Format 1: an object with the gathered rows of
+  every rank exactly as received, then profile, spec hash and fingerprint;
 * ``fail``, per failed pass (``PeerInputError``, ``ConfigMismatchError``,
   ``CollectiveError``): the error and what the pass had seen;
 * ``set``: a state variable set from outside (the seed's ``skip_first_delayer``).
@@ -41,6 +47,7 @@ import logging
 import math
 import os
 import socket
+import struct
 import sys
 import threading
 import time
@@ -52,15 +59,28 @@ from typing import IO, Any, Optional, Sequence, Union
 from ..spec.config import Config
 from ..spec.errors import ConfigError
 from ..spec.fields import BOOL, CONTROL, COUNT, OPT_SECONDS, REASON, SECONDS, TEXT, USAGE
-from ..spec.schema import KIND_FAIL, KIND_HEADER, KIND_PASS, KIND_SET, LOG_FORMAT, decision_keys, state_keys
+from ..spec.policy import ALL_GATHER
+from ..spec.schema import (
+    DIGEST, KIND_FAIL, KIND_HEADER, KIND_PASS, KIND_SET, LOG_FORMAT, LOG_FORMATS_READ, MODE_COMPACT, MODE_FULL, decision_keys,
+    digest_of_bytes, enums, pass_columns, state_keys,
+)
 from .envelope import FIELDS as ENVELOPE_FIELDS
 from .metrics import count_decision_log_error
 
 logger = logging.getLogger(__name__)
 
+
+def _reduced_fields(config: Any) -> tuple[str, ...]:
+    """The fields of an all-reduce policy's row (its lines record the one reduced row)."""
+    from .reduce import ReduceEnvelope
+
+    return ReduceEnvelope(config, 0).row_fields
+
+
 DECISION_LOG_ENV = "PREFILL_DELAYER_DECISION_LOG"
 MAX_MB_ENV = "PREFILL_DELAYER_DECISION_LOG_MAX_MB"
 KEEP_ENV = "PREFILL_DELAYER_DECISION_LOG_KEEP"
+ROWS_ENV = "PREFILL_DELAYER_DECISION_LOG_ROWS"
 FORMAT = LOG_FORMAT
 DEFAULT_MAX_BYTES = 256 * 2**20
 DEFAULT_BACKUP_COUNT = 8
@@ -98,8 +118,14 @@ class DecisionLogOptions:
     backup_count: int = DEFAULT_BACKUP_COUNT
     flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S
     folder: bool = False  # ``target`` is a folder whatever its name (the environment variable's)
+    format: int = FORMAT  # 2; 1 writes the first format (every rank's rows in every line), for tools that read only it
+    rows: str = MODE_COMPACT  # format 2: "compact" (own row and digest) or "full" (every rank's row too, for incidents)
 
     def __post_init__(self) -> None:
+        if self.format not in LOG_FORMATS_READ or isinstance(self.format, bool):
+            raise ConfigError(f"decision log: format must be one of {', '.join(map(str, LOG_FORMATS_READ))}, got {self.format!r}")
+        if self.rows not in (MODE_COMPACT, MODE_FULL):
+            raise ConfigError(f"decision log: rows must be {MODE_COMPACT!r} or {MODE_FULL!r}, got {self.rows!r}")
         for name, low in (("max_bytes", 1), ("backup_count", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -127,6 +153,13 @@ def _env_int(name: str, default: int, scale: int = 1) -> int:
     return value * scale
 
 
+def _env_rows() -> str:
+    raw = os.environ.get(ROWS_ENV, "").strip()
+    if raw not in ("", MODE_COMPACT, MODE_FULL):
+        raise ConfigError(f"{ROWS_ENV}={raw!r}: expected {MODE_COMPACT} (the default) or {MODE_FULL}")
+    return raw or MODE_COMPACT
+
+
 def options_from(decision_log: Any) -> Optional[DecisionLogOptions]:
     """The constructor's ``decision_log=`` (``None``: the environment decides; ``False``: off) as options."""
     if decision_log is False:
@@ -140,6 +173,7 @@ def options_from(decision_log: Any) -> Optional[DecisionLogOptions]:
             max_bytes=_env_int(MAX_MB_ENV, DEFAULT_MAX_BYTES // 2**20, 2**20),
             backup_count=_env_int(KEEP_ENV, DEFAULT_BACKUP_COUNT),
             folder=True,
+            rows=_env_rows(),
         )
     if isinstance(decision_log, DecisionLogOptions):
         return decision_log
@@ -147,6 +181,7 @@ def options_from(decision_log: Any) -> Optional[DecisionLogOptions]:
         decision_log,
         max_bytes=_env_int(MAX_MB_ENV, DEFAULT_MAX_BYTES // 2**20, 2**20),
         backup_count=_env_int(KEEP_ENV, DEFAULT_BACKUP_COUNT),
+        rows=_env_rows(),
     )
 
 
@@ -222,9 +257,64 @@ def _formatters(policy_name: str) -> tuple[Any, Any, Any]:
     parts = ",".join(f'"{f.name}":{_text_of(f.kind, f"d[{i + 1}]")}' for i, f in enumerate(policy.decision_fields))
     decision = _compile(f"def decision_text(d):\n    return f'{{{{{parts}}}}}'\n", "decision_text")
     by_name = {f.name: f for f in policy.inputs}
-    parts = ",".join(f'"{key}":{_text_of(by_name[name].kind, f"r[{i}]")}' for i, (name, key) in enumerate(policy.log.readings))
+    # Each reading ends with its comma, so a policy with no readings writes none.
+    parts = "".join(f'"{key}":{_text_of(by_name[name].kind, f"r[{i}]")},' for i, (name, key) in enumerate(policy.log.readings))
     readings = _compile(f"def readings_text(r):\n    return f'{parts}'\n", "readings_text")
     return state, decision, readings
+
+
+def _text2(kind: str, expr: str, values: tuple[str, ...] = ()) -> str:
+    """An f-string fragment writing ``expr`` as format 2 does (``spec.schema``): numbers only."""
+    if kind == BOOL:
+        return f"{{{expr}:d}}"  # a bool formats as 1 / 0
+    if kind == CONTROL:
+        return f"{{_CONTROL[{expr}]:d}}"
+    if kind == REASON:
+        return f"{{_REASON[{expr}]:d}}"
+    if kind == TEXT and values:
+        return f"{{_TEXT_{id(values)}[{expr}]:d}}"
+    if kind == OPT_SECONDS:
+        return f'{{"-0.0" if {expr} is None else _flt(float({expr}) + 0.0)}}'
+    return _text_of(kind, expr)
+
+
+@functools.lru_cache(maxsize=None)
+def _line2(config: Config, place: int, full: bool) -> Any:
+    """``line(number, wall, now, readings, flat, before, decision, digest)`` of format 2 for one configuration and
+    place in the gather: one f-string generated from the policy's columns; the own row is a slice of ``flat`` and
+    the view the fold the compiled step reads (``gathered_view`` over source), so neither is restated here."""
+    from ..fsm.compiled import Src, SrcOps, lit
+    from .envelope import PASS_MASK, Envelope
+
+    policy = config.policy
+    env = Envelope(config)
+    n, k = env.row_len, env.n_policy
+    rows = [[Src(f"flat[{i}]", index=i) for i in range(r * n, (r + 1) * n)] for r in range(config.world_size)]
+    view = policy.gathered_view(SrcOps(), config, rows)
+    cols = pass_columns(policy)
+    by_kind = dict(cols)
+    parts = ["{number:d}", "{wall:.3f}", "{_flt(float(now))}"]
+    parts += [_text2(by_kind[key], f"readings[{i}]") for i, (_, key) in enumerate(policy.log.readings)]
+    parts += [f"{{flat[{place * n + i}]:d}}" for i in range(k)]
+    parts.append(f"{{flat[{place * n + env.f_stamp}] & {PASS_MASK}:d}}")  # the stamp's pass number (its tag is the policy's)
+    parts += [_text2(by_kind[f"view.{a.name}"], lit(value)) for a, value in zip(policy.view, view)]
+    state_kinds = [CONTROL] + [f.kind for f in policy.state_fields]
+    parts += [_text2(kind, f"before[{i}]") for i, kind in enumerate(state_kinds)]
+    parts += [_text2(f.kind, f"decision[{i + 1}]", f.values) for i, f in enumerate(policy.decision_fields)]
+    parts += [_text2(kind, f"decision[0][{i}]") for i, kind in enumerate(state_kinds)]
+    parts.append("{digest:d}")
+    tail = ",{_rows}" if full else ""
+    source = (
+        "def line(number, wall, now, readings, flat, before, decision, digest):\n"
+        + ("    _rows = ','.join(map(str, flat))\n" if full else "")
+        + f"    return f'[{','.join(parts)}{tail}]\\n'\n"
+    )
+    namespace: dict[str, Any] = {"_BOOL": _BOOL, "_flt": _flt, "_CONTROL": {s: i for i, s in enumerate(policy.states)},
+                                 "_REASON": {r: i for i, r in enumerate(policy.reasons)},
+                                 **{f"_TEXT_{id(f.values)}": {v: i for i, v in enumerate(f.values)}
+                                    for f in policy.decision_fields if f.values}}
+    exec(compile(source, f"<prefill_delayer.runtime.decision_log line of {policy.name}>", "exec"), namespace)
+    return namespace["line"]
 
 
 def state_text(s: Any, policy_name: Optional[str] = None) -> str:
@@ -278,9 +368,28 @@ class DecisionLog:
         self._state_text, self._decision_text, self._readings_text = _formatters(policy.name)
         self._state_cache: dict[Any, str] = {}
         fp = config.fingerprint()
+        started = time.time()
+        self.format = options.format
+        self.mode = options.rows
+        mode_note = None
+        if self.format == 2 and self.mode == MODE_COMPACT and group_rank is None:
+            # Without its place in the gather a rank cannot tell its own row: the line carries every rank's.
+            self.mode, mode_note = MODE_FULL, "this rank's place in the gather is unknown: every rank's row is logged"
+            logger.warning("prefill-delayer decision log (rank %d): %s", rank, mode_note)
+        if self.format == 2 and policy.collective != ALL_GATHER:
+            # Format 2 logs a rank's own row; an all-reduce hands each rank only the reduced one.
+            self.format, mode_note = 1, f"{policy.title} all-reduces: its lines record the one reduced row (format 1)"
+            logger.info("prefill-delayer decision log (rank %d): %s", rank, mode_note)
+        self._line = None
+        self._started = started
+        if self.format == 2:
+            from .envelope import Envelope
+
+            self._line = _line2(config, group_rank or 0, self.mode == MODE_FULL)
+            self._pack = struct.Struct(f"<{Envelope(config).flat_len}q").pack
         self._header = {
             "kind": KIND_HEADER,
-            "format": FORMAT,
+            "format": self.format,
             "rank": rank,
             "group_rank": group_rank,
             "world_size": config.world_size,
@@ -290,13 +399,25 @@ class DecisionLog:
             "profile": config.profile,
             "spec_hash": build_spec_hash(),
             "run": self.run,
-            "started": time.time(),
+            "started": started,
             "pid": os.getpid(),
             "host": socket.gethostname(),
-            "row_fields": list(policy.row_names + ENVELOPE_FIELDS),
+            "row_fields": list(policy.row_names + ENVELOPE_FIELDS if policy.collective == ALL_GATHER else _reduced_fields(config)),
             "state_fields": list(state_keys(policy)),
             "decision_fields": list(decision_keys(policy)),
         }
+        if mode_note and self.format == 1:
+            self._header["format_note"] = mode_note
+        if self.format == 2:
+            from .envelope import Envelope
+
+            columns = [name for name, _ in pass_columns(policy)]
+            if self.mode == MODE_FULL:
+                columns += [f"rows.{r}.{f}" for r in range(config.world_size) for f in Envelope(config).row_fields]
+            self._header.update({
+                "mode": self.mode, "columns": columns, "enums": enums(policy),
+                "digest": DIGEST, **({"mode_note": mode_note} if mode_note else {}),
+            })
         # The constant start and end of every pass line.
         self._head = f'{{"kind":"{KIND_PASS}","rank":{rank:d},"pass":'
         self._tail = f',"profile":{json.dumps(config.profile)},"spec_hash":"{self._header["spec_hash"]}","fingerprint":{fp:d}}}\n'
@@ -315,6 +436,15 @@ class DecisionLog:
         """Queue the line of a successful pass (a few µs; never raises)."""
         if not self.active:
             return
+        if self._line is not None:
+            try:
+                line = self._line(number, time.time() - self._started, now, readings, flat, before, decision,
+                                  digest_of_bytes(self._pack(*flat)))
+            except Exception as err:  # noqa: BLE001
+                self._fail("encode", err)
+                return
+            self._queue(line)
+            return
         try:
             cache = self._state_cache
             b = cache.get(before)
@@ -331,7 +461,7 @@ class DecisionLog:
             rows = str(flat) if set(map(type, flat)) == _INTS else json.dumps(list(flat), default=int)
             line = (
                 f'{self._head}{number:d},"wall":{_flt(time.time())},"now":{_flt(float(now))},'
-                f'{self._readings_text(readings)},"rows":{rows},"before":{b},'
+                f'{self._readings_text(readings)}"rows":{rows},"before":{b},'
                 f'"decision":{self._decision_text(decision)},"after":{a}{self._tail}'
             )
         except Exception as err:  # noqa: BLE001

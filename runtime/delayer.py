@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional
 
 from ..spec.config import Config
 from ..spec.errors import ConfigError
+from ..spec.policy import ALL_GATHER
 from ..spec.registry import DEFAULT_PROFILE, policy_of
 from . import metrics as _metrics
 from .core import CROSSCHECK_ENV, PolicyCore
@@ -110,6 +111,10 @@ class PrefillDelayer:
         # As the releases from 0.5.18 on: the debug log needs both the variable and this switch.
         self._debug_log_enabled = _metrics._DEBUG_LOG and bool(debug_log_enabled)
         logger.info(self.host.settings(c))
+        if gather is None and self.policy.collective != ALL_GATHER:  # an all-reduce policy: the same group, reduced
+            from .reduce import default_reduce
+
+            gather = default_reduce(server_args, cpu_group, device, device_group, c)
         if gather is None:
             gather = default_gather(server_args, cpu_group, device, device_group, c.world_size, Envelope(c).row_len)
         self._core = PolicyCore(c, gather, clock=clock, decision_log=decision_log,

@@ -131,6 +131,12 @@ def default_gather(
     A missing ``device_group`` on that path is a ``ConfigError`` (the seed's
     first assert), not an ``AssertionError``.
     """
+    group, on, name = collective_group(server_args, cpu_group, device, device_group)
+    return TorchGather(group, on, world_size, row_len, group_name=name)
+
+
+def collective_group(server_args: Any, cpu_group: Any, device: Any, device_group: Any) -> tuple[Any, Any, str]:
+    """(group, device, its name): the group the seed's collective rides, as ``default_gather`` explains."""
     from .server_args import NCCL_ENV, uses_device_group
 
     if uses_device_group(server_args):
@@ -139,8 +145,8 @@ def default_gather(
                 "device_group is required when the all-gather rides the device group "
                 f"(disable_overlap_schedule=True or {NCCL_ENV} set); pass device_group= or gather="
             )
-        return TorchGather(device_group, device if device is not None else "cpu", world_size, row_len, group_name="device_group")
-    return TorchGather(cpu_group, "cpu", world_size, row_len, group_name="cpu_group")
+        return device_group, device if device is not None else "cpu", "device_group"
+    return cpu_group, "cpu", "cpu_group"
 
 
 def describe(gather: Optional[Callable[..., Any]]) -> str:

@@ -22,6 +22,7 @@ from .report import decisions_table, header, table
 from .result import RunResult
 
 DRIFTED = "3,3,0,2,3,3,2,3"  # the draw of --drift random:3 with --seed 0: a drift the delayer does not repair
+MAX_RANK_SLOPE = (1.397 - 0.040) / 16384  # #35241's full 16k-chunk pass as one rank's slope, over the 40 ms floor
 
 
 def run(argv: Sequence[str]) -> list[RunResult]:
@@ -81,6 +82,70 @@ def regimes(out: Path, drifts: int) -> str:
     return "\n".join(rows)
 
 
+def new_seq_stats(r: RunResult) -> tuple[float, float, int]:
+    """The reporter's measure: new sequences per rank per 30 s (mean), the mean spread between the ranks
+    in a window (max - min), and the largest spread."""
+    windows = r.new_seqs_per_window(30.0)
+    if not windows:
+        return 0.0, 0.0, 0
+    spreads = [max(w) - min(w) for w in windows]
+    return sum(map(sum, windows)) / (len(windows) * r.dp), sum(spreads) / len(spreads), max(spreads)
+
+
+def _probes(r: RunResult) -> str:
+    sent = len(r.health_checks)
+    dropped = sum(1 for *_, taken in r.health_checks if not taken)
+    return f"{sent} / {dropped}" if sent else "-"
+
+
+HEALTH_HEADER = [
+    "| run | input tok/s | mixed passes | prefill/idle split passes | #new-seq per rank per 30 s | spread between ranks per 30 s: mean, max | probes sent / dropped |",
+    "|---|---:|---:|---:|---:|---:|---:|",
+]
+
+
+def health_row(name: str, r: RunResult) -> str:
+    s = r.summary()
+    mean, spread, worst = new_seq_stats(r)
+    return (f"| {name} | {s.input_tok_s / 1000:.1f}k | {100 * s.mixed_share:.1f}% | {100 * s.split_share:.1f}% | {mean:.1f} "
+            f"| {spread:.1f}, {worst} | {_probes(r)} |")
+
+
+def health_2x2() -> str:
+    """#35721's 2x2 on 0.5.17's delayer and tracker: the DP controller's health-check dispatch x health checks on or off."""
+    base = ["--scenario", "35241", "--profile", "sglang-0.5.17"]
+    rows = [f"```\nprefill-delayer simulate {' '.join(base)} --health-dispatch shared|separate --health-check-interval 2|off\n```", "",
+            *HEALTH_HEADER]
+    for dispatch, label in (("shared", "unpatched (probes on the user rotation, up to 0.5.22)"), ("separate", "patched (#35721, 0.5.23)")):
+        for interval in ("2", "off"):
+            (r,) = run([*base, "--health-dispatch", dispatch, "--health-check-interval", interval])
+            checks = "health checks every 2 s" if interval != "off" else "no health checks"
+            rows.append(health_row(f"{label}, {checks}", r))
+    return "\n".join(rows)
+
+
+def sensitivity() -> str:
+    """What the #35241 result depends on that nobody measured: the resubmit gap, the probe interval, the idle pass."""
+    base = ["--scenario", "35241", "--profile", "sglang-0.5.17", "--health-dispatch", "shared"]
+    rows = [f"```\nprefill-delayer simulate {' '.join(base)} --resubmit-gap G | --health-check-interval S | --cost-idle-pass T\n```", "",
+            *HEALTH_HEADER]
+    for gap in ("0", "0.002", "0.01", "0.03", "0.1", "0.3"):
+        (r,) = run([*base, "--resubmit-gap", gap])
+        rows.append(health_row(f"resubmit gap {1000 * float(gap):g} ms", r))
+    for interval in ("1", "5", "10"):
+        (r,) = run([*base, "--health-check-interval", interval])
+        rows.append(health_row(f"a probe every {interval} s", r))
+    for idle in ("0.0005", "0.005"):
+        (r,) = run([*base, "--cost-idle-pass", idle])
+        rows.append(health_row(f"a pass without a forward {1000 * float(idle):g} ms", r))
+    # The cost of a pass where only some ranks prefill: the fitted MoE term makes it cheap; a pass
+    # as long as its slowest rank (no MoE term, the whole 1.397 s on the attention slope) is the other end.
+    for dispatch in ("shared", "separate"):
+        (r,) = run([*base[:-1], dispatch, "--cost-moe-token", "0", "--cost-attn-token", f"{MAX_RANK_SLOPE:.4g}"])
+        rows.append(health_row(f"{dispatch} dispatch, pass cost the slowest rank's ({MAX_RANK_SLOPE:.4g} s per token, no MoE term)", r))
+    return "\n".join(rows)
+
+
 def _regimes_plot(values: dict[str, list[float]], path: Path) -> None:
     from .plot import _pyplot, _shrink
 
@@ -120,22 +185,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         "#32880 ablation: the tracker alone (seed+window), the cap alone (sglang-0.5.22+lifetime)",
         ["--scenario", "32880", "--profile", "seed", "--tracker", "window", "  # and: --profile sglang-0.5.22 --tracker lifetime"],
         results, decisions=False))
-    overload = ["--scenario", "32880", "--rate", "20", "--profile", "seed", "--profile", "sglang-0.5.17", "--profile", "sglang-0.5.22", "--profile", "hardened"]
-    results = run(overload) + run(["--scenario", "32880", "--rate", "20", "--profile", "seed", "--tracker", "window"]) + run(
-        ["--scenario", "32880", "--rate", "20", "--profile", "sglang-0.5.22", "--tracker", "lifetime"])
+    overload = ["--scenario", "32880", "--rate", "8", "--profile", "seed", "--profile", "sglang-0.5.17", "--profile", "sglang-0.5.22", "--profile", "hardened"]
+    results = run(overload) + run(["--scenario", "32880", "--rate", "8", "--profile", "seed", "--tracker", "window"]) + run(
+        ["--scenario", "32880", "--rate", "8", "--profile", "sglang-0.5.22", "--tracker", "lifetime"])
     sections.append(section(
-        "#32880 at 20 req/s, more than any profile serves",
-        [*overload, "  # and the two ablations, with --rate 20"], results, decisions=False))
+        "#32880 at 8 req/s, more than any profile serves",
+        [*overload, "  # and the two ablations, with --rate 8"], results, decisions=False))
 
-    argv2 = ["--scenario", "35241", "--plot", str(out / "sim-35241-aligned.png")]
-    sections.append(section("#35241, ranks aligned (drift 0)", argv2, run(argv2)))
+    argv2 = ["--scenario", "35241", "--plot", str(out / "sim-35241.png")]
+    sections.append(section("#35241, each release's health-check dispatch", argv2, run(argv2)))
+    sections.append("### #35241: the 2x2 of #35721 on 0.5.17\n\n" + health_2x2())
+    sections.append("### #35241: sensitivity to what the report does not measure\n\n" + sensitivity())
+    argv2b = ["--scenario", "35241", "--health-check-interval", "off", "--profile", "sglang-0.5.17", "--profile", "off"]
+    sections.append(section("#35241 without health checks, ranks aligned", argv2b, run(argv2b)))
     argv3 = ["--scenario", "35241", "--drift", DRIFTED, "--plot", str(out / "sim-35241-drift.png")]
     sections.append(section(f"#35241, ranks drifted by {DRIFTED} chunks", argv3, run(argv3)))
     argv4 = ["--scenario", "35241", "--drift", DRIFTED, "--mixed-chunk"]
     sections.append(section(f"#35241, drifted by {DRIFTED} chunks, with --mixed-chunk", argv4, run(argv4)))
     argv5 = ["--scenario", "35241", "--drift", "1,0,0,0,0,0,0,0", "--profile", "seed", "--profile", "off"]
     sections.append(section("#35241, one rank a chunk ahead", argv5, run(argv5)))
-    sections.append("### #35241: two regimes over many drifts\n\n" + regimes(out, args.drifts))
+    sections.append("### #35241 over many initial drifts\n\n" + regimes(out, args.drifts))
     print("\n\n".join(sections))
     print(f"\n(calibration: {time.perf_counter() - start:.0f} s)", file=sys.stderr)
     return 0

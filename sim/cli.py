@@ -15,10 +15,12 @@ from typing import Any, Optional, TextIO
 
 from ..files import out_file_problem
 from .config import SimConfig, Variant
-from .cost import SGLANG_35241, CostModel
+from .cost import SGLANG_32880, SGLANG_35241, CostModel
 from .engine import simulate
 from .errors import SimInputError
 from .options import PROGRESS_AUTO, SCENARIOS, settings
+from ..spec.registry import policy_of
+from .policy_site import binding_of, check_sets, policy_config
 from .report import report, to_json
 from .trace import load_trace
 from .workload import Burst, Bursty, Lengths, LongPrompt, Mix, Poisson, Workload
@@ -63,19 +65,35 @@ def build(args: argparse.Namespace) -> tuple[SimConfig, list[Variant], Workload,
     config = _config(s)
     workload = _workload(s, given, config)
     tracker = s["tracker"]
-    variants = [Variant.of(name, tracker) for name in dict.fromkeys(s["profile"])]
+    if config.scheduler == "sglang" and tracker is None:
+        tracker = "window"  # SGLang 0.5.23's own scheduler: its tracker, whatever the profile's release had
+    variants = [Variant.of(name, tracker, s["health_dispatch"]) for name in dict.fromkeys(s["profile"])]
+    check_sets([v.profile for v in variants], config.policy_params)
+    for v in variants:  # every profile can be simulated, with its settings, before any run starts
+        if v.profile is not None:
+            binding_of(v.profile)
+            policy_config(v.profile, config.dp_size, config.delayer_settings(), config.policy_params)
+            if config.scheduler == "sglang" and policy_of(v.profile).host is None:
+                raise SimInputError(f"--scheduler sglang: profile {v.profile!r} is {policy_of(v.profile).title}, which "
+                                    "SGLang's delayer call sites do not drive: simulate it with --scheduler model")
+    if config.scheduler == "sglang":
+        from .sglang_backend import require_scheduler
+
+        require_scheduler()  # one line and exit 2 where SGLang's scheduler does not import
     return config, variants, workload, s
 
 
+COSTS = {"35241": SGLANG_35241, "32880": SGLANG_32880}
+_COST_OPTIONS = {"cost_floor": "floor_s", "cost_attn_token": "attn_token_s", "cost_attn_decode": "attn_decode_s",
+                 "cost_moe_token": "moe_token_s", "cost_idle_pass": "idle_pass_s"}
+
+
 def _config(s: dict[str, Any]) -> SimConfig:
-    cost = SGLANG_35241
-    if any(s[k] is not None for k in ("cost_base", "cost_prefill_token", "cost_decode_request")):
-        cost = CostModel(
-            base_s=cost.base_s if s["cost_base"] is None else s["cost_base"],
-            prefill_token_s=cost.prefill_token_s if s["cost_prefill_token"] is None else s["cost_prefill_token"],
-            decode_request_s=cost.decode_request_s if s["cost_decode_request"] is None else s["cost_decode_request"],
-            source="--cost-* options",
-        )
+    cost = COSTS[s["cost"] or "35241"]
+    changes = {field: s[key] for key, field in _COST_OPTIONS.items() if s[key] is not None}
+    if changes:
+        cost = CostModel(**{**{f: getattr(cost, f) for f in _COST_OPTIONS.values()}, **changes},
+                         source=f"{cost.source}; --cost-* options: {', '.join(sorted(changes))}")
     return SimConfig(
         dp_size=s["dp_size"],
         max_running_requests=s["max_running_requests"],
@@ -94,6 +112,13 @@ def _config(s: dict[str, Any]) -> SimConfig:
         seed=s["seed"],
         cost=cost,
         gather=s["gather"],
+        policy_params=tuple(s["set"]),
+        page_size=s["page_size"],
+        scheduler=s["scheduler"],
+        prefix_cache=s["prefix_cache"],
+        load_balance_method=s["load_balance_method"],
+        health_check_interval_s=s["health_check_interval"],
+        resubmit_gap_s=s["resubmit_gap"],
     )
 
 
@@ -215,8 +240,12 @@ def main(args: argparse.Namespace, stdout: Optional[TextIO] = None, stderr: Opti
 
 def plot_title(s: dict[str, Any], given: set[str]) -> str:
     """The scenario and the options that changed it, e.g. ``SGLang #35241 (--drift 3,3,0,2)``."""
-    quiet = {"plot", "json", "progress", "profile", "tracker", "gather"}
-    changed = " ".join(f"{_flag(k)}" + ("" if s[k] is True else f" {s[k]}") for k in sorted(given - quiet))
+    quiet = {"plot", "json", "progress", "profile", "tracker", "gather", "scheduler"}
+    changed = " ".join(
+        " ".join(f"--set {name}={value}" for name, value in s[k]) if k == "set"
+        else f"{_flag(k)}" + ("" if s[k] is True else f" {s[k]}")
+        for k in sorted(given - quiet)
+    )
     base = f"SGLang #{s['scenario']}" if s["scenario"] else ""
     if base and changed:
         return f"{base} ({changed})"

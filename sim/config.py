@@ -10,10 +10,16 @@ from ..spec.registry import param_named
 from ..spec.errors import ConfigError
 from ..spec.registry import known_profile, resolve_profile
 from .cost import SGLANG_35241, CostModel
+from .dispatch import HEALTH_DISPATCH, METHODS, ROUND_ROBIN, health_dispatch_for
 from .errors import SimInputError
-from .trackers import TRACKERS, tracker_for
+from .trackers import TRACKERS, WINDOW, release_for, tracker_for
 
 GATHERS = ("lockstep", "threads")
+# SGLang's --prefill-delayer-* settings (and --prefill-max-requests) the simulated scheduler passes its policy,
+# checked by the default policy's own parameters.
+DELAYER_SETTINGS = ("max_delay_passes", "token_usage_low_watermark", "queue_min_ratio", "max_delay_ms", "prefill_max_requests")
+MODEL, SGLANG = "model", "sglang"
+SCHEDULERS = (MODEL, SGLANG)  # the model of SGLang 0.5.23's scheduler, or SGLang 0.5.23's own code
 OFF = "off"  # the variant without a delayer (SGLang without --enable-prefill-delayer)
 
 
@@ -36,7 +42,16 @@ class SimConfig:
     ``max_running_requests`` and ``max_total_tokens`` are per DP rank (SGLang
     divides the server's ``--max-running-requests`` by the DP size).
     ``chunked_prefill_size`` is the per-pass chunk budget; ``max_prefill_tokens``
-    the per-pass input budget (SGLang's ``rem_input_tokens``).
+    the per-pass input budget (SGLang's ``rem_input_tokens``); ``page_size`` the KV
+    page (``--page-size``: 1, or 256 for DeepSeek-V4). ``scheduler`` picks the
+    backend: ``model`` (``rank.RankScheduler``) or ``sglang`` (SGLang 0.5.23's own
+    scheduler code, ``sglang_backend``; ``prefix_cache`` there turns its radix cache on).
+    ``load_balance_method`` is the DP controller's; ``health_check_interval_s``
+    sends a ``GET /health`` generation probe that often (None: none), and
+    ``resubmit_gap_s`` spaces the closed-loop clients' next requests when several
+    finish in one pass (the j-th arrives ``j * resubmit_gap_s`` after the first).
+    ``trace`` keeps every pass's per-rank details (``RunResult.trace``) for the
+    differential test.
     """
 
     dp_size: int = 8
@@ -58,6 +73,15 @@ class SimConfig:
     seed: int = 0
     cost: CostModel = field(default=SGLANG_35241)
     gather: str = "lockstep"
+    page_size: int = 1
+    scheduler: str = MODEL
+    prefix_cache: bool = False
+    load_balance_method: str = ROUND_ROBIN
+    health_check_interval_s: Optional[float] = None
+    resubmit_gap_s: float = 0.0
+    trace: bool = False
+    # Any other parameter of the simulated policy, by the spec's name (``--set NAME=VALUE``).
+    policy_params: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         _int_at_least("dp_size (ranks)", self.dp_size, 1)
@@ -65,6 +89,7 @@ class SimConfig:
         _int_at_least("max_total_tokens", self.max_total_tokens, 1)
         _int_at_least("chunked_prefill_size (the chunk budget)", self.chunked_prefill_size, 1)
         _int_at_least("max_prefill_tokens", self.max_prefill_tokens, 1)
+        _int_at_least("page_size", self.page_size, 1)
         _int_at_least("passes", self.passes, 1)
         _int_at_least("seed", self.seed, 0)
         _seconds("duration_s", self.duration_s)
@@ -80,20 +105,28 @@ class SimConfig:
                 f"with mixed chunks each running request's decode token comes out of the chunk budget: "
                 f"chunked_prefill_size={self.chunked_prefill_size} must exceed max_running_requests={self.max_running_requests}"
             )
+        if self.scheduler not in SCHEDULERS:
+            raise SimInputError(f"invalid scheduler={self.scheduler!r}: expected one of {', '.join(SCHEDULERS)}")
+        if self.prefix_cache and self.scheduler != SGLANG:
+            raise SimInputError("prefix_cache needs scheduler=sglang (the model has no prefix cache)")
+        if self.load_balance_method not in METHODS:
+            raise SimInputError(f"invalid load_balance_method={self.load_balance_method!r}: expected one of {', '.join(METHODS)}")
+        _seconds("health_check_interval_s", self.health_check_interval_s)
+        if self.health_check_interval_s is not None and self.health_check_interval_s <= 0:
+            raise SimInputError(f"invalid health_check_interval_s={self.health_check_interval_s!r}: expected seconds > 0")
+        _seconds("resubmit_gap_s", self.resubmit_gap_s, allow_none=False)
         if self.gather not in GATHERS:
             raise SimInputError(f"invalid gather={self.gather!r}: expected one of {', '.join(GATHERS)}")
         if not isinstance(self.cost, CostModel):
             raise SimInputError(f"invalid cost={self.cost!r}: expected a CostModel")
-        for name, param in (
-            ("max_delay_passes", "max_delay_passes"),
-            ("token_usage_low_watermark", "token_usage_low_watermark"),
-            ("queue_min_ratio", "queue_min_ratio"),
-            ("max_delay_ms", "max_delay_ms"),
-            ("prefill_max_requests", "prefill_max_requests"),
-        ):
-            spec = param_named(param)
+        for name in DELAYER_SETTINGS:
+            spec = param_named(name)
             if not spec.check(getattr(self, name)):
                 raise SimInputError(f"invalid {name}={getattr(self, name)!r}: expected {spec.valid}")
+
+    def delayer_settings(self) -> dict[str, Any]:
+        """SGLang's delayer options of this run, by name (a policy takes those it has a parameter of)."""
+        return {name: getattr(self, name) for name in DELAYER_SETTINGS}
 
     def replace(self, **changes: Any) -> "SimConfig":
         return replace(self, **changes)
@@ -101,36 +134,53 @@ class SimConfig:
 
 @dataclass(frozen=True)
 class Variant:
-    """One policy to simulate: a profile or release name, and the ``max_prefill_bs`` tracker.
+    """One policy to simulate: a profile or release name, the ``max_prefill_bs`` tracker and the health-check dispatch.
 
     ``name`` is what the user asked for (``seed``, ``sglang-0.5.18``, ``hardened``);
-    ``profile`` the canonical profile; ``tracker`` the one chosen explicitly or,
-    by default, the one of the release ``name`` stands for (``trackers.tracker_for``).
+    ``profile`` the canonical profile; ``tracker`` and ``health_dispatch`` the ones
+    chosen explicitly or, by default, those of the release ``name`` stands for
+    (``trackers.tracker_for``, ``dispatch.health_dispatch_for``).
     """
 
     name: str
     profile: Optional[str]  # None: no delayer at all (``off``)
     tracker: str
     tracker_source: str  # "release" or "option"
+    health_dispatch: str = "separate"
+    health_source: str = "release"
 
     @classmethod
-    def of(cls, name: Any, tracker: Optional[str] = None) -> "Variant":
-        if name == OFF:
-            chosen = tracker if tracker is not None else tracker_for("hardened")
-            if chosen not in TRACKERS:
-                raise SimInputError(f"unknown max_prefill_bs tracker {tracker!r}: expected one of {', '.join(TRACKERS)}")
-            return cls(OFF, None, chosen, "option" if tracker is not None else "release")
-        if not known_profile(name):
-            try:
-                resolve_profile(name)
-            except ConfigError as exc:
-                raise SimInputError(f"{exc}; or {OFF} (no delayer)") from None
+    def of(cls, name: Any, tracker: Optional[str] = None, health_dispatch: Optional[str] = None) -> "Variant":
         if tracker is not None and tracker not in TRACKERS:
             raise SimInputError(f"unknown max_prefill_bs tracker {tracker!r}: expected one of {', '.join(TRACKERS)}")
-        chosen = tracker if tracker is not None else tracker_for(name)
-        return cls(name, resolve_profile(name), chosen, "option" if tracker is not None else "release")
+        if health_dispatch is not None and health_dispatch not in HEALTH_DISPATCH:
+            raise SimInputError(f"unknown health-check dispatch {health_dispatch!r}: expected one of {', '.join(HEALTH_DISPATCH)}")
+        if name == OFF:
+            profile = None
+        else:
+            if not known_profile(name):
+                try:
+                    resolve_profile(name)
+                except ConfigError as exc:
+                    raise SimInputError(f"{exc}; or {OFF} (no delayer)") from None
+            profile = resolve_profile(name)
+        release = release_for(name) if name != OFF else None
+        return cls(
+            name, profile,
+            tracker if tracker is not None else tracker_for(name) if name != OFF else WINDOW,
+            "option" if tracker is not None else "release",
+            health_dispatch if health_dispatch is not None else health_dispatch_for(release),
+            "option" if health_dispatch is not None else "release",
+        )
+
+    def default_tracker(self) -> str:
+        return tracker_for(self.name) if self.name != OFF else WINDOW
 
     @property
     def label(self) -> str:
-        """The name, with the tracker when it is not the release's own."""
-        return self.name if self.tracker == tracker_for(self.name) else f"{self.name}+{self.tracker}"
+        """The name, with the tracker and the health-check dispatch when they are not the release's own."""
+        label = self.name if self.tracker == self.default_tracker() else f"{self.name}+{self.tracker}"
+        release = release_for(self.name) if self.name != OFF else None
+        if self.health_dispatch != health_dispatch_for(release):
+            label += f"+health-{self.health_dispatch}"
+        return label

@@ -1,19 +1,23 @@
-"""The lock-step engine: N ranks, one scheduler pass at a time, each rank's real ``PrefillDelayer``.
+"""The lock-step engine: N ranks, one scheduler pass at a time, each rank's own ``PolicyCore``.
 
-A pass, on every rank at once:
+A pass, on every rank at once, in the order of SGLang 0.5.23's ``event_loop_overlap``:
 
-1. requests that have arrived by the pass's start are dispatched round-robin
-   over the ranks (SGLang's ``DataParallelController.round_robin_scheduler``);
-2. each rank runs its admission (``rank.RankScheduler.schedule``) up to the
-   point where SGLang calls the delayer;
-3. one collective round: every rank's ``PrefillDelayerSinglePassExecutor``
-   negotiates, over the in-process gather (``gather``), with the simulated
-   clock;
-4. each rank finishes its admission with its verdict, finalizes the executor
-   and runs its pass; the pass lasts as long as the slowest rank (``cost``);
-5. finished requests leave, and closed-loop clients send their next request.
+1. requests (and ``GET /health`` probes) that have arrived by the pass's start are
+   dispatched by the DP controller (``dispatch.Dispatcher``) and taken in by their
+   rank's scheduler (a busy one drops a probe);
+2. each rank's scheduler runs ``get_next_batch_to_run`` up to the point where the
+   policy's ``SimBinding`` says it is consulted (SGLang's delayer: the prefill adder's
+   call sites; a gate: before admission), with one collective round in the middle
+   where every rank's policy (``policy_site.PolicySite``) negotiates over the
+   in-process gather (``gather``), with the simulated clock (a rank that asked
+   nothing negotiates its idle inputs);
+3. each rank launches its batch (a pass lasts as the cost model says, ``cost``)
+   and only then processes the *previous* pass's result: its finished requests
+   leave, their clients send their next request, which arrives for the next pass.
 
-When no rank has anything to do the clock jumps to the next arrival (no pass).
+The scheduler of each rank is a backend (``SimConfig.scheduler``): the model
+(``rank.RankScheduler``), or SGLang 0.5.23's own code (``sglang_backend``). When no
+rank has anything to do the clock jumps to the next arrival (no pass).
 """
 
 from __future__ import annotations
@@ -21,11 +25,13 @@ from __future__ import annotations
 import math
 from typing import Callable, Optional, Sequence
 
-from ..runtime.delayer import PrefillDelayer
+from ..runtime.core import PolicyCore
 from ..runtime.server_args import ServerArgs
-from .config import SimConfig, Variant
+from .config import SGLANG, SimConfig, Variant
+from .dispatch import Dispatcher
 from .errors import SimInputError
 from .gather import make_gather
+from .policy_site import PolicySite, binding_of, policy_config
 from .rank import RankScheduler
 from .result import RunResult
 from .trackers import MaxPrefillBsTracker
@@ -33,6 +39,8 @@ from .workload import Request, Workload, largest_request
 
 # progress(variant label, passes done, passes planned, simulated seconds, final=False)
 Progress = Callable[..., None]
+HEALTH_PROMPT, HEALTH_OUTPUT = 1, 1  # http_server.health_generate: input_ids=[0], max_new_tokens=1
+LOAD_SNAPSHOT_INTERVAL = 15  # --load-snapshot-publish-interval's default: a snapshot every 15 decode results
 
 
 class _Outcome:
@@ -60,77 +68,111 @@ def check_fits(config: SimConfig, workload: Workload) -> None:
         )
 
 
+class HealthProbes:
+    """``GET /health`` every ``interval`` seconds, from the first at ``interval``."""
+
+    __slots__ = ("interval", "next_s", "sent")
+
+    def __init__(self, interval: Optional[float]) -> None:
+        self.interval = interval
+        self.next_s = interval if interval is not None else math.inf
+        self.sent = 0
+
+    def due(self, t: float) -> list[float]:
+        out = []
+        while self.next_s <= t:
+            out.append(self.next_s)
+            self.sent += 1
+            self.next_s = self.sent * self.interval + self.interval  # type: ignore[operator]
+        return out
+
+
+def delayer_server_args(config: SimConfig) -> ServerArgs:
+    """The settings every rank's delayer reads (SGLang's ``--prefill-delayer-*`` and ``--prefill-max-requests``)."""
+    return ServerArgs(
+        enable_dp_attention=True,
+        prefill_delayer_queue_min_ratio=config.queue_min_ratio,
+        prefill_delayer_max_delay_ms=config.max_delay_ms,
+        prefill_max_requests=config.prefill_max_requests,
+    )
+
+
 def run_variant(config: SimConfig, variant: Variant, workload: Workload, progress: Optional[Progress] = None) -> RunResult:
     """Simulate one policy on ``workload``; deterministic for a given ``config.seed``."""
     check_fits(config, workload)
     dp = config.dp_size
     source = workload.start_source(config.seed)
     source.bind(dp, config.chunked_prefill_size)
-    server_args = ServerArgs(
-        enable_dp_attention=True,
-        prefill_delayer_queue_min_ratio=config.queue_min_ratio,
-        prefill_delayer_max_delay_ms=config.max_delay_ms,
-        prefill_max_requests=config.prefill_max_requests,
-    )
     clock_now = [0.0]
 
-    def clock() -> float:  # the delayers read simulated seconds (the pass's start)
+    def clock() -> float:  # the policies read simulated seconds (the pass's start)
         return clock_now[0]
 
-    gather = make_gather(config.gather, dp) if variant.profile is not None else None
     outcomes = [_Outcome() for _ in range(dp)]
-    ranks = [
-        RankScheduler(
-            r,
-            config,
-            PrefillDelayer(
-                dp, 1, None, server_args, config.max_delay_passes, config.token_usage_low_watermark, outcomes[r],
-                profile=variant.profile, gather=gather.gather_for(r), clock=clock,
-            )
-            if gather is not None
-            else None,
-            MaxPrefillBsTracker(variant.tracker),
-        )
-        for r in range(dp)
-    ]
-    result = RunResult(variant, config, workload)
+    gather = None
+    binding = None
+    if variant.profile is not None:
+        binding = binding_of(variant.profile)
+        gather = make_gather(config.gather, dp)
+    result = RunResult(variant, config, workload, binding)
     try:
-        _loop(config, ranks, outcomes, gather, source, clock_now, result, progress)
+        if config.scheduler == SGLANG:
+            from .sglang_backend import SGLangGroup
+
+            group = SGLangGroup(config, variant, workload, outcomes, gather, clock)
+        else:
+            policy_conf = policy_config(variant.profile, dp, config.delayer_settings(), config.policy_params) \
+                if binding is not None else None
+            group = ModelGroup([
+                RankScheduler(
+                    r, config,
+                    PolicySite(PolicyCore(policy_conf, gather.gather_for(r), clock=clock), binding, outcomes[r])
+                    if gather is not None else None,
+                    MaxPrefillBsTracker(variant.tracker),
+                )
+                for r in range(dp)
+            ], outcomes, gather)
+        try:
+            _loop(config, variant, group, source, clock_now, result, progress)
+        finally:
+            group.close()
     finally:
         if gather is not None:
             gather.close()
     return result
 
 
-def _loop(config, ranks, outcomes, gather, source, clock_now, result: RunResult, progress: Optional[Progress]) -> None:
-    dp = config.dp_size
-    cost = config.cost
-    base, per_prefill, per_decode = cost.base_s, cost.prefill_token_s, cost.decode_request_s
-    duration = config.duration_s if config.duration_s is not None else math.inf
-    passes = config.passes
-    label = result.variant.label
-    rr = 0  # the round-robin dispatcher's counter
-    now = 0.0
-    done = 0
-    report_every = max(1, min(500, passes // 100))
-    rec = result.recorder()
-    requests: list[Request] = []
-    if progress is not None:
-        progress(label, 0, passes, 0.0)
-    while done < passes and now < duration:
-        for req in source.due(now):
-            req.rank = rr
-            ranks[rr].waiting.append(req)
-            requests.append(req)
-            rr = rr + 1 if rr + 1 < dp else 0
-        if all(r.idle() for r in ranks):
-            t = source.next_arrival()
-            if t == math.inf or t >= duration:
-                break
-            now = t
-            continue
-        clock_now[0] = now
-        # Admission up to the delayer's call site, on every rank.
+class ModelGroup:
+    """The model backend's ranks, driven one pass at a time (``sglang_backend.SGLangGroup`` is the other).
+
+    A group gives the engine: ``ranks`` (each with the attributes the record reads:
+    ``running_at_start``, ``queue_at_start``, ``usage_at_start``, ``negotiated``,
+    ``negotiated_for_chunk``, ``verdict``, ``admitted``, ``batch``), ``receive``,
+    ``idle``, ``loads``, ``step``, ``negotiations``, ``peak_kv`` and ``close``.
+    """
+
+    def __init__(self, ranks: list[RankScheduler], outcomes: list[_Outcome], gather) -> None:
+        self.ranks = ranks
+        self.outcomes = outcomes
+        self.gather = gather
+        self._ran = False  # whether any rank ran a forward last pass (then every rank ran a batch, idle or not)
+
+    def receive(self, rank: int, req: Request, group_ran: bool) -> bool:
+        return self.ranks[rank].receive(req, group_ran)
+
+    def idle(self) -> bool:
+        return all(r.idle() for r in self.ranks)
+
+    def loads(self) -> list[tuple[int, int]]:
+        return [r.load() for r in self.ranks]
+
+    def step(self, now: float) -> tuple[list[tuple[int, int]], list[list[Request]], int]:
+        """One pass: admission (with the collective round), launch, then the previous pass's result at ``now``.
+
+        Returns each rank's work (prefill tokens, decoding requests), each rank's finished
+        requests, and the output tokens the result processing produced.
+        """
+        ranks, dp = self.ranks, len(self.ranks)
         gens, asks, batches = [], [], [None] * dp
         for i, r in enumerate(ranks):
             gen = r.schedule()
@@ -143,46 +185,111 @@ def _loop(config, ranks, outcomes, gather, source, clock_now, result: RunResult,
                 gens.append(None)
         # The collective round: every rank negotiates once (finalize negotiates as not prefillable).
         verdicts: list[Optional[bool]] = [None] * dp
-        if gather is not None:
-            gather.run_round([_call(r, ask, verdicts, i) for i, (r, ask) in enumerate(zip(ranks, asks))])
+        if self.gather is not None:
+            self.gather.run_round([_call(r, ask, verdicts, i) for i, (r, ask) in enumerate(zip(ranks, asks))])
         else:
-            _no_delayer(asks, verdicts, outcomes)
-        # Admission with the verdict, the executor's finalize, the forward.
-        pass_s = 0.0
-        work = []
+            _no_delayer(asks, verdicts, self.outcomes)
         for i, r in enumerate(ranks):
             gen = gens[i]
             if gen is not None:
                 try:
                     gen.send(verdicts[i])
-                    raise AssertionError("a rank asked the delayer twice in one pass")
+                    raise AssertionError("a rank asked its policy twice in one pass")
                 except StopIteration as stop:
                     batches[i] = stop.value
                 r.finish_schedule(batches[i])
             else:
                 r.tracker.end_pass(0, None)
-            prefill, decode = r.run(batches[i])
-            work.append((prefill, decode))
-            t = base + per_prefill * prefill + per_decode * decode
-            if t > pass_s:
-                pass_s = t
-        end = now + pass_s
-        finished_all = []
-        out_tokens = 0
-        for i, r in enumerate(ranks):
-            finished, tokens, _ = r.end_pass(batches[i], work[i][1], end)
-            out_tokens += tokens
-            finished_all.extend(finished)
-        rec(now, pass_s, ranks, outcomes, batches, work, asks, out_tokens)
-        for req in finished_all:
-            source.finished(req, end)
-        now = end
+            r.batch = batches[i]
+        if self.outcomes[0].estimation == "":  # a policy with no estimation of its own: which ranks had prefill work
+            _estimate(ranks, self.outcomes)
+        work = [r.run(batches[i]) for i, r in enumerate(ranks)]
+        finished = []
+        tokens = 0
+        ran = self._ran
+        self._ran = any(p or d for p, d in work)
+        for r in ranks:
+            r.publish_load(ran, LOAD_SNAPSHOT_INTERVAL)
+            done, out, _ = r.process_results(now)
+            if not ran and not self._ran:  # event_loop_overlap: no batch now nor last pass (MLP sync: on any rank)
+                r.on_idle(now)
+            finished.append(done)
+            tokens += out
+        return work, finished, tokens
+
+    def negotiations(self) -> list[int]:
+        return [r.delayer.passes if r.delayer is not None else 0 for r in self.ranks]
+
+    def peak_kv(self) -> int:
+        return max(r.peak_kv for r in self.ranks)
+
+    def close(self) -> None:
+        pass
+
+
+def _loop(config: SimConfig, variant: Variant, group, source, clock_now, result: RunResult, progress: Optional[Progress]) -> None:
+    dp = config.dp_size
+    cost = config.cost
+    duration = config.duration_s if config.duration_s is not None else math.inf
+    passes = config.passes
+    label = result.variant.label
+    dispatcher = Dispatcher(config.load_balance_method, variant.health_dispatch, dp)
+    probes = HealthProbes(config.health_check_interval_s)
+    gap = config.resubmit_gap_s
+    now = 0.0
+    done = 0
+    ran = False  # whether any rank ran a forward in the last pass (DP attention: then every rank did)
+    report_every = max(1, min(500, passes // 100))
+    rec = result.recorder()
+    requests: list[Request] = []
+    probe_id = 0
+    if progress is not None:
+        progress(label, 0, passes, 0.0)
+    while done < passes and now < duration:
+        arrivals = source.due(now)
+        probe_times = probes.due(now)
+        if probe_times:
+            for t in probe_times:
+                probe_id -= 1
+                arrivals.append(Request(probe_id, t, HEALTH_PROMPT, HEALTH_OUTPUT, health_check=True))
+            arrivals.sort(key=lambda q: q.arrival)
+        if arrivals:
+            loads = group.loads()
+            for req in arrivals:
+                if not req.health_check:
+                    dispatcher.refresh(now, loads)
+                req.rank = dispatcher.route(req.prompt, req.health_check)
+                taken = group.receive(req.rank, req, ran)
+                if req.health_check:
+                    result.health_checks.append((req.arrival, req.rank, taken))
+                else:
+                    requests.append(req)
+        if group.idle():
+            t = min(source.next_arrival(), probes.next_s)
+            if t == math.inf or t >= duration:
+                break
+            now = t
+            ran = False
+            continue
+        clock_now[0] = now
+        work, finished, out_tokens = group.step(now)
+        pass_s = cost.pass_seconds(work)
+        ran = any(p or d for p, d in work)
+        rec(now, pass_s, group, work, finished, out_tokens)
+        # The previous pass's finished requests: their clients send their next request.
+        j = 0
+        for rank_done in finished:
+            for req in rank_done:
+                if not req.health_check:
+                    source.finished(req, now + j * gap)
+                    j += 1
+        now += pass_s
         done += 1
         if progress is not None and done % report_every == 0:
             progress(label, done, passes, now)
     result.finish(now, requests)
-    result.negotiations = [r.delayer.passes if r.delayer is not None else 0 for r in ranks]
-    result.peak_kv = max(r.peak_kv for r in ranks)
+    result.negotiations = group.negotiations()
+    result.peak_kv = group.peak_kv()
     if progress is not None:
         progress(label, done, passes, now, final=True)
 
@@ -197,6 +304,14 @@ def _call(rank: RankScheduler, ask, verdicts: list, i: int) -> Callable[[], None
         verdicts[i] = executor.negotiate_should_allow_prefill(True, *ask)
 
     return negotiate
+
+
+def _estimate(ranks: Sequence[RankScheduler], outcomes: list[_Outcome]) -> None:
+    """The pass's status from the ranks' prefill work (none, mixed, all), for a policy whose decision has none."""
+    working = sum(r.had_work for r in ranks)
+    estimation = "none" if working == 0 else "all" if working == len(ranks) else "mixed"
+    for o in outcomes:
+        o.estimation = estimation
 
 
 def _no_delayer(asks: list, verdicts: list, outcomes: list[_Outcome]) -> None:

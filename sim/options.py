@@ -12,8 +12,8 @@ from typing import Any
 
 from ..spec.registry import all_profiles, policy_of
 
-# The profiles whose policy the simulated scheduler consults where SGLang consults its delayer.
-SIMULATED = tuple(p for p in all_profiles() if policy_of(p).sim is not None and policy_of(p).sim.call_site == "admission")
+# The profiles whose policy the simulated scheduler can consult (the policy has a ``SimBinding``).
+SIMULATED = tuple(p for p in all_profiles() if policy_of(p).sim is not None)
 
 WORKLOADS = ("poisson", "bursty", "long-prompt", "trace")
 PROGRESS_AUTO = "auto"
@@ -30,6 +30,13 @@ BASE: dict[str, Any] = {
     "chunked_prefill_size": 16384,
     "max_prefill_tokens": 16384,
     "mixed_chunk": False,
+    "page_size": 1,
+    "scheduler": "model",
+    "prefix_cache": False,
+    "load_balance_method": "round_robin",
+    "health_check_interval": None,
+    "health_dispatch": None,
+    "resubmit_gap": 0.0,
     "max_delay_passes": 30,
     "token_usage_low_watermark": None,
     "queue_min_ratio": None,
@@ -48,10 +55,14 @@ BASE: dict[str, Any] = {
     "wave": None,
     "wave_prompt_tokens": None,
     "wave_output_tokens": None,
-    "cost_base": None,
-    "cost_prefill_token": None,
-    "cost_decode_request": None,
+    "cost": None,
+    "cost_floor": None,
+    "cost_attn_token": None,
+    "cost_attn_decode": None,
+    "cost_moe_token": None,
+    "cost_idle_pass": None,
     "gather": "lockstep",
+    "set": [],
     "plot": None,
     "json": None,
     "progress": PROGRESS_AUTO,
@@ -67,7 +78,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "chunked_prefill_size": 8192,
         "max_prefill_tokens": 16384,
         "workload": "poisson",
-        "rate": 12.0,
+        "rate": 5.0,  # what 0.5.17 on serve with the 0.20 s decode floor, and the seed does not
         "prompt_tokens": "2000:6000",
         "output_tokens": "500:1500",
         "wave": 80,
@@ -76,27 +87,45 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "passes": 1_000_000,
         "duration": 900.0,
         "warmup": 120.0,
+        "cost": "32880",
         "profile": ["seed", "sglang-0.5.17", "sglang-0.5.18", "hardened"],
     },
-    # SGLang #35241: DeepSeek-V4-Pro, DP=8 with DP attention, 16k chunks, long prompts,
-    # closed loop; --drift sets how far apart (in chunks) the ranks start.
+    # SGLang #35241: DeepSeek-V4-Pro, DP=8 with DP attention, long prompts, closed loop: as the
+    # reporter's runs in PR #35721 (C16, 60k-token prompts, 1 output token, an effective 8k chunk
+    # per rank, GET /health polled with generation on: 48-61 probes in a ~100 s run, one per 2 s);
+    # --drift sets how far apart (in chunks) the ranks start. The gap between the next requests of
+    # clients whose requests finished in the same pass is not in the report: 30 ms is assumed (the
+    # tokenizer manager turning one 60k-token prompt into ids); docs/simulation.md shows the result
+    # for gaps of 0 to 300 ms.
     "35241": {
         "dp_size": 8,
         "max_running_requests": 64,
         "max_total_tokens": 1_000_000,
-        "chunked_prefill_size": 16384,
+        "chunked_prefill_size": 8192,
         "max_prefill_tokens": 16384,
         "workload": "long-prompt",
         "concurrency": 16,
-        "prompt_tokens": "90000",
-        "output_tokens": "16",
+        "prompt_tokens": "60000",
+        "output_tokens": "1",
         "drift": "0",
+        "health_check_interval": 2.0,
+        "resubmit_gap": 0.03,
         "passes": 1_000_000,
         "duration": 1200.0,
         "warmup": 200.0,
-        "profile": ["seed", "sglang-0.5.17", "sglang-0.5.22", "hardened", "off"],
+        "profile": ["sglang-0.5.17", "sglang-0.5.22", "sglang-0.5.23", "hardened", "off"],
     },
 }
+
+
+def _interval(text: str) -> Any:
+    """``--health-check-interval``: seconds, or ``off`` (no probes; None). A bad number is the config's error."""
+    if text.strip().lower() == "off":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds or off, got {text!r}") from None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -112,12 +141,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--chunked-prefill-size", type=int, metavar="N", default=S, help="chunk budget: prefill tokens per rank per pass (default 16384)")
     g.add_argument("--max-prefill-tokens", type=int, metavar="N", default=S, help="input-token budget per pass (default 16384)")
     g.add_argument("--mixed-chunk", action="store_true", default=S, help="decode the running requests in prefill passes too (SGLang --enable-mixed-chunk)")
+    g.add_argument("--page-size", type=int, metavar="N", default=S, help="KV page size in tokens (SGLang --page-size; default 1, DeepSeek-V4 uses 256)")
+    g.add_argument("--scheduler", choices=("model", "sglang"), default=S, help="model: this package's model of SGLang 0.5.23's scheduler (default, fast); sglang: SGLang 0.5.23's own scheduler code on every rank (needs an environment where sglang.srt.managers.scheduler imports)")
+    g.add_argument("--prefix-cache", action="store_true", default=S, help="--scheduler sglang: SGLang's radix cache on (default: off, --disable-radix-cache)")
+    dpc = p.add_argument_group("DP controller")
+    dpc.add_argument("--load-balance-method", choices=("round_robin", "total_requests", "total_tokens"), default=S, help="SGLang --load-balance-method (default round_robin)")
+    dpc.add_argument("--health-check-interval", type=_interval, metavar="S|off", default=S, help="send GET /health's generation probe every S simulated seconds, or off (default: off; 2 in the #35241 scenario)")
+    dpc.add_argument("--health-dispatch", choices=("shared", "separate"), default=S, help="how probes are dispatched: shared with the user rotation (SGLang up to 0.5.22) or on their own counter (0.5.23, #35721); default: each release's own")
+    dpc.add_argument("--resubmit-gap", type=float, metavar="S", default=S, help="closed loop: seconds between the next requests of clients whose requests finished in the same pass (default 0)")
     d = p.add_argument_group("delayer (SGLang's --prefill-delayer-* options)")
     d.add_argument("--max-delay-passes", type=int, metavar="N", default=S, help="default 30")
     d.add_argument("--token-usage-low-watermark", type=float, metavar="X", default=S, help="default: off")
     d.add_argument("--queue-min-ratio", type=float, metavar="R", default=S, help="queue trigger; default: off")
     d.add_argument("--max-delay-ms", type=float, metavar="MS", default=S, help="queue-wait cap in simulated ms (default 5000)")
     d.add_argument("--prefill-max-requests", type=int, metavar="N", default=S, help="default: unset")
+    d.add_argument("--set", action="append", metavar="NAME=VALUE", type=policy_setting, default=S,
+                   help="any other parameter of the simulated policy, by its name in the spec (repeatable), "
+                   "e.g. --set prefill_decode_interval=4")
     w = p.add_argument_group("workload")
     w.add_argument("--workload", choices=WORKLOADS, default=S, help="arrivals: poisson, bursty, long-prompt (closed loop) or trace (replay --trace)")
     w.add_argument("--rate", type=float, metavar="R", default=S, help="requests per second (poisson, bursty)")
@@ -130,10 +170,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument("--wave", type=int, metavar="N", default=S, help="also N requests per rank arriving together at t=0 (a refill after a drain)")
     w.add_argument("--wave-prompt-tokens", metavar="N|LO:HI", default=S, help="the wave's prompt tokens (default: --prompt-tokens)")
     w.add_argument("--wave-output-tokens", metavar="N|LO:HI", default=S, help="the wave's output tokens (default: --output-tokens)")
-    c = p.add_argument_group("pass cost: max over ranks of BASE + PREFILL_TOKEN*prefill_tokens + DECODE_REQUEST*decode_requests (seconds)")
-    c.add_argument("--cost-base", type=float, metavar="S", default=S, help="default 0.040 (assumed)")
-    c.add_argument("--cost-prefill-token", type=float, metavar="S", default=S, help="default: a 16k-chunk pass lasts 1.397 s (SGLang #35241)")
-    c.add_argument("--cost-decode-request", type=float, metavar="S", default=S, help="default 0.0002 (assumed)")
+    c = p.add_argument_group("pass cost: max(FLOOR, max_r(ATTN_TOKEN*prefill_r + ATTN_DECODE*decode_r) + MOE_TOKEN*sum_r(prefill_r + decode_r)), IDLE_PASS without a forward (seconds)")
+    c.add_argument("--cost-floor", type=float, metavar="S", default=S, help="the shortest forward (default 0.040, assumed; 0.20 in the #32880 scenario)")
+    c.add_argument("--cost-attn-token", type=float, metavar="S", default=S, help="attention per prefill token on a rank (default 1.58e-5, SGLang #35241)")
+    c.add_argument("--cost-attn-decode", type=float, metavar="S", default=S, help="attention per decoding request on a rank (default 0.0002, assumed)")
+    c.add_argument("--cost-moe-token", type=float, metavar="S", default=S, help="MoE per token over all ranks (default 8.68e-6, SGLang #35241)")
+    c.add_argument("--cost-idle-pass", type=float, metavar="S", default=S, help="a pass where no rank runs a forward (default 0.0015, estimated)")
     r = p.add_argument_group("run and output")
     r.add_argument("--passes", type=int, metavar="N", default=S, help="stop after N passes (default 10000, or none with --duration)")
     r.add_argument("--duration", type=float, metavar="S", default=S, help="stop at S simulated seconds")
@@ -144,6 +186,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--json", metavar="PATH", default=S, help="write the results as JSON")
     r.add_argument("--progress", dest="progress", action="store_const", const=True, default=S, help="show a progress bar on stderr (default: only when stderr is a terminal)")
     r.add_argument("--no-progress", dest="progress", action="store_const", const=False, default=S, help="never show the progress bar")
+
+
+def policy_setting(text: str) -> tuple[str, Any]:
+    """``NAME=VALUE``: an integer, a number, true/false, none, or else text (the policy's configuration checks it)."""
+    name, sep, raw = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    value: Any = raw.strip()
+    low = value.lower()
+    if low in ("true", "false"):
+        value = low == "true"
+    elif low == "none":
+        value = None
+    else:
+        for kind in (int, float):
+            try:
+                value = kind(value)
+                break
+            except ValueError:
+                pass
+    return name.strip(), value
 
 
 def settings(args: argparse.Namespace) -> tuple[dict[str, Any], set[str]]:

@@ -12,19 +12,19 @@ from pathlib import Path
 from typing import Sequence
 
 from .errors import SimInputError
-from .result import REASONS, RunResult
+from .result import NO_REASON, OFF_REASON, RunResult
 
-# One colour per reason, in REASONS order.
-REASON_COLOURS = {
-    "": "#d9d9d9",  # none: nobody could prefill
-    "no_wait": "#2ca02c",
-    "wait_success": "#1f77b4",
-    "delay": "#d62728",
-    "wait_timeout": "#ff7f0e",
-    "token_watermark": "#9467bd",
-    "off": "#8c8c8c",
-}
-REASON_LABELS = {"": "none (nothing to prefill)", "off": "no delayer"}
+# The simulator's own reasons; a policy's come from its ``SimBinding.colours``, else from PALETTE in order.
+OWN_COLOURS = {NO_REASON: "#d9d9d9", OFF_REASON: "#8c8c8c"}  # none: nobody could prefill; off: no policy
+PALETTE = ("#2ca02c", "#1f77b4", "#d62728", "#ff7f0e", "#9467bd", "#17becf", "#bcbd22", "#e377c2")
+REASON_LABELS = {NO_REASON: "none (nothing to prefill)", OFF_REASON: "no policy"}
+
+
+def reason_colours(result: RunResult) -> list[str]:
+    """One colour per reason code of ``result``."""
+    given = dict(result.binding.colours) if result.binding is not None else {}
+    spare = iter(c for c in PALETTE if c not in given.values())
+    return [OWN_COLOURS.get(x) or given.get(x) or next(spare, "#000000") for x in result.reasons]
 TIMELINE_PASSES = 120
 
 
@@ -75,8 +75,6 @@ def plot(results: Sequence[RunResult], path: str, title: str = "", dpi: int = 72
     ax.legend(loc="lower right", fontsize=7, ncol=min(n, 3))
     if title:
         fig.suptitle(title, fontsize=10)
-    # Reason colours; the same paler where the rank had nothing to prefill (it asked nothing).
-    cmap = ListedColormap([REASON_COLOURS[x] for x in REASONS] + [_pale(REASON_COLOURS[x]) for x in REASONS])
     for i, r in enumerate(results):
         pa = fig.add_subplot(grid[1, i] if n > 1 else grid[1, :])
         times, lines = r.progress_spread()
@@ -88,7 +86,10 @@ def plot(results: Sequence[RunResult], path: str, title: str = "", dpi: int = 72
         ta = fig.add_subplot(grid[2, i] if n > 1 else grid[2, :])
         image, prefilled, first = r.decision_window(TIMELINE_PASSES)
         width = len(image[0]) if image and image[0] else 1
-        ta.imshow(image, aspect="auto", interpolation="nearest", cmap=cmap, vmin=0, vmax=2 * len(REASONS) - 1,
+        # Reason colours; the same paler where the rank had nothing to prefill (it asked nothing).
+        colours = reason_colours(r)
+        cmap = ListedColormap(colours + [_pale(c) for c in colours])
+        ta.imshow(image, aspect="auto", interpolation="nearest", cmap=cmap, vmin=0, vmax=2 * len(colours) - 1,
                   extent=(first - 0.5, first + width - 0.5, r.dp - 0.5, -0.5))
         xs = [first + k for row in prefilled for k, p in enumerate(row) if p]
         ys = [rank for rank, row in enumerate(prefilled) for p in row if p]
@@ -97,8 +98,12 @@ def plot(results: Sequence[RunResult], path: str, title: str = "", dpi: int = 72
         ta.set_xlabel("pass", fontsize=7)
         ta.set_ylabel("rank" if i == 0 else "")
         ta.tick_params(labelsize=7)
-    present = sorted({c % len(REASONS) for r in results for row in r.decision_window(TIMELINE_PASSES)[0] for c in set(row)})
-    handles = [Patch(color=REASON_COLOURS[REASONS[c]], label=REASON_LABELS.get(REASONS[c], REASONS[c])) for c in present]
+    seen: dict[tuple[str, str], None] = {}
+    for r in results:
+        colours = reason_colours(r)
+        for code in sorted({c % len(r.reasons) for row in r.decision_window(TIMELINE_PASSES)[0] for c in set(row)}):
+            seen[(REASON_LABELS.get(r.reasons[code], r.reasons[code]), colours[code])] = None
+    handles = [Patch(color=colour, label=label) for label, colour in seen]
     handles.append(Patch(color=_pale("#d62728"), label="pale: the rank had nothing to prefill"))
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=7, frameon=False)
     try:

@@ -1,47 +1,47 @@
-"""One DP rank's scheduler, modelled on SGLang 0.5.23's ``Scheduler`` and ``PrefillAdder``.
+"""One DP rank's scheduler, modelled on SGLang 0.5.23's ``Scheduler`` and ``PrefillAdder`` (the ``model`` backend).
 
-What each part mirrors (``sglang/srt/managers/``):
+What each part mirrors (``sglang/srt/managers/``, ``sglang/srt/mem_cache/prefill_budget.py``):
 
-* ``schedule`` = ``Scheduler.get_new_batch_prefill``: build a
-  ``PrefillDelayerSinglePassExecutor`` on the token usage, run the admission,
-  ``finalize`` it, feed ``max_prefill_bs``'s tracker (``trackers``);
-* ``_admit`` = ``Scheduler._get_new_batch_prefill_raw`` with
-  ``PrefillAdder.add_chunked_req`` / ``add_one_req`` (``schedule_policy.py``):
-  the early returns (nothing to do, batch full, no request slot), the
-  continuing chunk first, then the FCFS waiting queue until a budget runs out:
-  ``max_running_requests`` (``get_num_allocatable_reqs``), the KV tokens
-  (``PrefillBudget.check_prefill``: ``total_tokens < remaining_total``), the
-  chunk and input budgets (``budget_state``), ``prefill_max_requests``;
-  a request longer than the chunk left is cut there and becomes the chunked request;
-* the delayer is consulted exactly where SGLang consults it: by
-  ``add_chunked_req`` (reporting prefillable and ignoring the verdict: a
-  mid-chunk rank prefills regardless) and by ``add_one_req`` after its budget
-  checks, a veto ending the admission (``AddReqResult.OTHER``); a pass that
-  reaches neither negotiates as not prefillable in the executor's ``finalize``;
-  one collective per rank per pass;
-* ``run`` = ``get_next_batch_to_run`` / ``update_running_batch``: a pass runs
-  the prefill batch if there is one (the running requests wait, unless
-  ``enable_mixed_chunk`` decodes them in the same pass, their tokens taken from
-  the chunk budget first), else decodes the running batch one token each;
-  requests whose prompt is complete produce their first token and join the
-  running batch after the pass (``process_batch_result_prefill``, then the merge
-  at the next ``get_next_batch_to_run``).
+* ``schedule`` = ``Scheduler.get_new_batch_prefill``: the policy's pass (``policy_site.PolicySite``,
+  the executor's shape) on the rank's facts, the admission, ``finalize``, ``max_prefill_bs``'s
+  tracker (``trackers``); a policy consulted before admission (a gate) decides whether it runs;
+* ``_admit`` = ``Scheduler._get_new_batch_prefill_raw`` with ``PrefillAdder``: the early
+  returns (``batch_is_full`` or an empty queue without a chunked request; no request
+  slot), ``add_chunked_req`` (negotiates, ignores the verdict, takes
+  ``min(chunk left, KV left)``), then the FCFS queue with ``add_one_req_ignore_eos``
+  (the requests have fixed output lengths): ``prefill_max_requests``, the KV fit
+  of the page-rounded prompt (``PrefillBudget.can_allocate_prefill``) and the
+  ignore-EOS headroom walk over the requests' remaining outputs, the delayer (a
+  veto ends admission), a prompt longer than the chunk left is cut there and
+  becomes the chunked request; ``_update_prefill_budget`` charges the page-rounded
+  extend to the chunk and input budgets and reserves it plus a page plus the
+  output (``min(max_new_tokens, 4096)``, none for a cut chunk) in KV;
+  ``budget_state`` after each admission (out of KV: ``batch_is_full``);
+* ``run`` = ``get_next_batch_to_run``: the prefill batch if there is one, else a
+  decode of the running batch without the requests whose last token is still in
+  flight (``_reqs_finishing_inflight``); ``--mixed-chunk`` decodes them in prefill
+  passes too, their tokens taken from the budgets first;
+* ``process_results`` = ``process_batch_result`` one pass late, as
+  ``event_loop_overlap`` runs it: after the next pass's admission and launch. So
+  that admission still counts the requests the previous pass finished as running,
+  their KV as held, and their clients' next requests have not arrived.
 
-Simplifications, all on the safe side of SGLang's own accounting: page size 1;
-no prefix cache; each admitted request reserves its whole prompt plus output
-in KV (SGLang's ``new_token_ratio`` estimate taken as 1, the output length
-being known), so decode never runs out of memory and retraction is not
-modelled; one chunked request per rank (FCFS, as SGLang tracks one).
+KV is allocated in pages (``PagedTokenToKVPoolAllocator``): a request holds
+``ceil(tokens / page_size)`` pages, its prompt as prefilled and one token per
+decode step after the first (the first output token comes from the prefill).
+
+Simplifications: no prefix cache (the ``sglang`` backend has one); no retraction
+(the ignore-EOS headroom check keeps decode within KV for fixed output lengths);
+FCFS.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections import deque
 from typing import Generator, Optional
 
-from ..runtime.delayer import PrefillDelayer, PrefillDelayerSinglePassExecutor
 from .config import SimConfig
+from .policy_site import Facts, PolicySite
 from .trackers import MaxPrefillBsTracker, attempted_prefill_bs
 from .workload import Request
 
@@ -50,16 +50,36 @@ from .workload import Request
 NegotiateArgs = tuple[int, int, int, int]
 Batch = list[tuple[Request, int]]  # (request, tokens prefilled this pass)
 
+LOAD_STALL_REFRESH_S = 0.05  # scheduler.LOAD_STALL_REFRESH_S
+CLIP_MAX_NEW_TOKENS = 4096  # schedule_policy.CLIP_MAX_NEW_TOKENS (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION's default)
+IGNORE_EOS_RESERVE_TOKENS = 1  # schedule_policy.IGNORE_EOS_RESERVE_TOKENS
+
+
+def _ceil(tokens: int, page: int) -> int:
+    return -(-tokens // page) * page
+
+
+def _insert_state(states: list[tuple[int, int]], req: Request) -> None:
+    """``add_req_state(req, insert_sort=True)``: before the first state with as much output left or more
+    (and, as SGLang's loop has it, before the last one when none has)."""
+    left_new = req.output
+    i = 0
+    for i in range(len(states)):
+        if left_new <= states[i][0]:
+            break
+    states.insert(i, (left_new, req.prompt))
+
 
 class RankScheduler:
-    """A DP rank: waiting queue, running batch, at most one chunked request, a KV pool, its delayer."""
+    """A DP rank: waiting queue, running batch, at most one chunked request, a paged KV pool, its delayer."""
 
-    def __init__(self, rank: int, config: SimConfig, delayer: Optional[PrefillDelayer], tracker: MaxPrefillBsTracker) -> None:
+    def __init__(self, rank: int, config: SimConfig, delayer: Optional[PolicySite], tracker: MaxPrefillBsTracker) -> None:
         self.rank = rank
         self.delayer = delayer
         self.tracker = tracker
         self._mrr = config.max_running_requests
-        self._capacity = config.max_total_tokens
+        self._capacity = config.max_total_tokens // config.page_size * config.page_size
+        self._page = config.page_size
         self._chunk = config.chunked_prefill_size
         self._input_budget = config.max_prefill_tokens
         self._mixed = config.enable_mixed_chunk
@@ -67,33 +87,90 @@ class RankScheduler:
         self.waiting: deque[Request] = deque()
         self.chunked: Optional[Request] = None
         self.batch_is_full = False
-        self._running: list[tuple[int, int, Request]] = []  # heap of (decode_end, rid, req)
-        self.decode_steps = 0
-        self.committed = 0  # KV tokens reserved: prompt + output of every admitted, unfinished request
-        self.kv_used = 0  # KV tokens held: prefilled prompt + generated tokens
+        self.running: list[Request] = []  # running_batch.reqs, in admission order
+        self.allocated = 0  # KV tokens held (whole pages)
+        self._clipped_left = 0  # sum over running of min(output left, CLIP_MAX_NEW_TOKENS), kept as they change
+        self._max_output = 0  # the longest output this rank has taken (bounds every request's output left)
         self.peak_kv = 0
-        # The pass in progress.
-        self.executor: Optional[PrefillDelayerSinglePassExecutor] = None
+        self.dropped_health_checks = 0
+        # The pass in progress, and the one whose result is not processed yet (overlap).
+        self.executor: Optional[PolicySite] = None
+        self.extended = False  # the previous pass ran a prefill batch
+        self.had_work = False  # this pass started with a waiting request or a chunk in progress
+        self.gate_refused = False  # a policy consulted before admission deferred this pass's prefill
         self.negotiated: Optional[NegotiateArgs] = None
         self.negotiated_for_chunk = False  # the call site was add_chunked_req (the verdict is ignored)
-        self.new_admissions = 0  # requests admitted from the waiting queue this pass
+        self.verdict: Optional[bool] = None
+        self.admitted: list[Request] = []  # requests admitted from the waiting queue this pass
+        self.batch: Optional[Batch] = None  # this pass's prefill batch
         self.running_at_start = 0
         self.queue_at_start = 0
         self.usage_at_start = 0.0
+        self._in_flight: list[Request] = []  # the last pass's batch: its outputs come out at process_results
+        self._ran = False  # whether this rank's last pass ran a batch (its result is queued)
+        self._launched: tuple[list[Request], bool] = ([], False)  # this pass's batch, once launched
+        self._last_extend = False  # whether the batch whose result is pending was a prefill
+        self._launched_extend = False
+        self._running_batch = 0  # running_batch's size once this pass's batch is launched
+        self._snapshot = (0, 0)  # the last published load snapshot
+        self._publish_counter = 0
+        self._last_stall_publish = -float("inf")
 
     # ----- observations ------------------------------------------------------
 
     @property
-    def running(self) -> int:
-        """``len(running_batch.reqs)``."""
-        return len(self._running)
-
-    @property
     def token_usage(self) -> float:
-        return self.kv_used / self._capacity
+        return self.allocated / self._capacity
 
     def idle(self) -> bool:
-        return not self.waiting and self.chunked is None and not self._running
+        """Nothing to schedule and no result to process."""
+        return not self.waiting and self.chunked is None and not self.running and not self._ran
+
+    def load(self) -> tuple[int, int]:
+        """The last load snapshot this rank published (running + waiting requests, KV tokens used + waiting prompts)."""
+        return self._snapshot
+
+    def publish_load(self, group_ran: bool, interval: int) -> None:
+        """``publish_load_snapshot`` at the top of ``process_batch_result``: after a prefill always, else every
+        ``interval``-th result (``--load-snapshot-publish-interval``); no result to process, no snapshot."""
+        if not (self._ran or group_ran):  # no batch (not even an idle one) last pass: nothing is processed
+            return
+        if not self._last_extend:
+            self._publish_counter += 1
+            if self._publish_counter < interval:
+                return
+        self._publish_counter = 0
+        self._snapshot = (self._running_batch + len(self.waiting), self.allocated + sum(r.prompt for r in self.waiting))
+
+    # ----- requests in -----------------------------------------------------------
+
+    def receive(self, req: Request, group_ran: bool) -> bool:
+        """``process_input_requests``: a health check is dropped unless this scheduler is fully idle."""
+        if req.health_check and not self._fully_idle(group_ran):
+            self.dropped_health_checks += 1
+            return False
+        self.waiting.append(req)
+        if req.output > self._max_output:
+            self._max_output = req.output
+        return True
+
+    def on_idle(self, now: float) -> None:
+        """``Scheduler.on_idle`` (no batch this pass nor the last, on any rank): it republishes the load snapshot,
+        at once if nothing is left, else every ``LOAD_STALL_REFRESH_S`` (50 ms) while requests wait."""
+        if not self.waiting and self.chunked is None and not self.running:
+            self._publish_counter = 0
+        elif now - self._last_stall_publish >= LOAD_STALL_REFRESH_S:
+            self._last_stall_publish = now
+            self._publish_counter = 0
+        else:
+            return
+        self._snapshot = (len(self.waiting), self.allocated + sum(r.prompt for r in self.waiting))
+
+    def _fully_idle(self, group_ran: bool) -> bool:
+        # is_fully_idle(for_health_check=True): nothing running, chunked or waiting, and with
+        # overlap no queued result; under DP attention every rank ran a batch (idle or not)
+        # whenever one rank had work.
+        return not self.running and self.chunked is None and not self.waiting and not group_ran
 
     # ----- one pass: admission ------------------------------------------------
 
@@ -101,146 +178,254 @@ class RankScheduler:
         """``get_new_batch_prefill``'s admission: yields the negotiate arguments once if this rank negotiates
         as prefillable (send the verdict back), returns the prefill batch (None: no prefill this pass)."""
         self.tracker.start_pass()
-        usage = self.kv_used / self._capacity
-        # No delayer (``--enable-prefill-delayer`` off): the call sites are still reached and
-        # yield, and the engine answers "allow" without a collective.
-        self.executor = PrefillDelayerSinglePassExecutor(self.delayer, token_usage=usage) if self.delayer is not None else None
+        usage = self.allocated / self._capacity
+        waiting, chunked = self.waiting, self.chunked
+        self.had_work = bool(waiting) or chunked is not None
         self.negotiated = None
         self.negotiated_for_chunk = False
-        self.new_admissions = 0
-        self.running_at_start = len(self._running)
-        self.queue_at_start = len(self.waiting)
+        self.verdict = None
+        self.gate_refused = False
+        self.admitted = []
+        self.running_at_start = len(self.running)
+        self.queue_at_start = len(waiting)
         self.usage_at_start = usage
-        return (yield from self._admit())
+        # No policy (``off``): the call sites are still reached and yield, and the
+        # engine answers "allow" without a collective.
+        site = self.delayer
+        if site is None:
+            self.executor = None
+            return (yield from self._admit(True))
+        facts = Facts(usage, len(self.running), self.tracker.value, self._mrr, len(waiting), self.extended, self.had_work)
+        self.executor = site.begin(facts)
+        if not site.gate_first:
+            return (yield from self._admit(True))
+        # A gate before admission (a scheduler method): a rank with prefill work asks it, and a
+        # refusal means get_new_batch_prefill does not run; a rank without asks nothing (its
+        # finalize negotiates the same inputs).
+        if not self.had_work:
+            return None
+        if not (yield (len(self.running), self.tracker.value, self._mrr, len(waiting))):
+            self.gate_refused = True
+            return None
+        return (yield from self._admit(False))
 
-    def _admit(self) -> Generator[NegotiateArgs, bool, Optional[Batch]]:
-        waiting, chunked, n_running, mrr = self.waiting, self.chunked, len(self._running), self._mrr
+    def _admit(self, consult: bool) -> Generator[NegotiateArgs, bool, Optional[Batch]]:
+        """The prefill adder; ``consult``: its call sites ask the policy (else every call site proceeds)."""
+        waiting, chunked, running, mrr, page = self.waiting, self.chunked, self.running, self._mrr, self._page
+        n_running = len(running)
         if n_running == 0:
             self.batch_is_full = False
         if (self.batch_is_full or not waiting) and chunked is None:
             return None
-        if mrr - n_running <= 0 and chunked is None:
+        if mrr - n_running <= 0 and chunked is None:  # get_num_allocatable_reqs() <= 0
             self.batch_is_full = True
             return None
+        # PrefillAdder.__init__ and its PrefillBudget.
         mixed = n_running if self._mixed else 0
         rem_chunk = self._chunk - mixed
         rem_input = self._input_budget - mixed
-        rem_total = self._capacity - self.committed - mixed
+        free = self._capacity - self.allocated
+        total_offset = mixed + self._clipped_left  # sum over running of min(output left, CLIP_MAX_NEW_TOKENS)
+        current_offset = mixed
         args = (n_running, self.tracker.value, mrr, len(waiting))
         allow: Optional[bool] = None
         batch: Batch = []
-        if chunked is not None:  # PrefillAdder.add_chunked_req
+        if chunked is not None:  # add_chunked_req
+            rem_total = free - total_offset
+            rem = min(rem_chunk, rem_total) if rem_total > 0 else rem_chunk  # available_chunk_tokens
             self.negotiated = args
             self.negotiated_for_chunk = True
-            allow = yield args  # a mid-chunk rank prefills regardless of the verdict
-            n = min(chunked.prompt - chunked.prefilled, rem_chunk)
+            allow = self.verdict = (yield args) if consult else True  # a mid-chunk rank prefills regardless of the verdict
+            left = chunked.prompt - chunked.prefilled
+            n = min(left, rem)
+            truncated = n < left
+            ext = _ceil(n, page)
+            immediate = ext + page
+            total_offset += immediate + (0 if truncated else min(chunked.output, CLIP_MAX_NEW_TOKENS))
+            current_offset += immediate
+            rem_input -= ext
+            rem_chunk -= ext
             batch.append((chunked, n))
-            rem_chunk -= n
-            rem_input -= n
-            if chunked.prefilled + n == chunked.prompt:
+            if not truncated:
                 self.chunked = None
-        admitted = 0
+        states: Optional[list[tuple[int, int]]] = None  # add_one_req_ignore_eos's req_states, built when first walked
+        reached: list[Request] = []  # the requests that got to the walk, in order (each adds its state)
         for req in waiting:
-            if rem_input <= 0 or rem_chunk <= 0:  # budget_state() == OTHER
+            # budget_state() == OTHER; out of KV (NO_TOKEN) is not a stop here: add_one_req finds it below
+            if (free - total_offset > 0 and free - current_offset > 0) and (rem_input <= 0 or rem_chunk <= 0):
                 break
             if len(batch) >= mrr - n_running:  # get_num_allocatable_reqs
                 self.batch_is_full = True
                 break
-            # PrefillAdder.add_one_req
-            if self._pmr is not None and len(batch) >= self._pmr:
+            if self._pmr is not None and len(batch) >= self._pmr:  # add_one_req: AddReqResult.OTHER
                 break
             extend = req.prompt
-            total = extend + req.output
-            if not total < rem_total:  # PrefillBudget.check_prefill: NO_TOKEN
+            paged_input = _ceil(extend, page) + page
+            if not paged_input <= min(free - current_offset, free - total_offset):  # can_allocate_prefill: NO_TOKEN
                 self.batch_is_full = bool(batch) or n_running > 0
                 break
-            n = extend if extend <= rem_chunk else rem_chunk
+            reached.append(req)
+            cur_rem = free - current_offset - paged_input
+            # The walk below fails only if some request's output left times the requests from it on
+            # reaches cur_rem: with every output left at most the longest output, it cannot when
+            # cur_rem exceeds that bound (then the walk, and building its list, is skipped).
+            no_room = False
+            if cur_rem <= (n_running + len(batch) + 1) * (self._max_output + IGNORE_EOS_RESERVE_TOKENS):
+                if states is None:
+                    states = self._req_states(reached, batch)
+                else:
+                    _insert_state(states, req)
+                freed = 0
+                count = len(states)
+                for i, (left, occupied) in enumerate(states):
+                    bs = count - i
+                    if cur_rem + freed - left * bs <= IGNORE_EOS_RESERVE_TOKENS * bs:
+                        no_room = True
+                        break
+                    freed += occupied
+            if no_room:  # NO_TOKEN
+                self.batch_is_full = bool(batch) or n_running > 0
+                break
             if allow is None:
                 self.negotiated = args
-                allow = yield args
+                allow = self.verdict = (yield args) if consult else True
             if not allow:  # the delayer's veto: AddReqResult.OTHER
                 break
-            batch.append((req, n))
-            admitted += 1
-            self.committed += total
-            rem_total -= total
-            rem_chunk -= n
-            rem_input -= n
-            if n < extend:
+            if extend <= rem_chunk:
+                n, max_new = extend, min(req.output, CLIP_MAX_NEW_TOKENS)
+            else:
+                n, max_new = rem_chunk, 0
                 self.chunked = req  # the new chunked request
+            ext = _ceil(n, page)
+            immediate = ext + page
+            total_offset += immediate + max_new
+            current_offset += immediate
+            rem_input -= ext
+            rem_chunk -= ext
+            batch.append((req, n))
+            self.admitted.append(req)
+            # budget_state() after the admission: NO_TOKEN (with a request admitted) or OTHER ends it
+            if not (free - total_offset > 0 and free - current_offset > 0):
+                self.batch_is_full = True
+                break
+            if rem_input <= 0 or rem_chunk <= 0:
+                break
         if not batch:
             return None
-        for _ in range(admitted):
+        for _ in self.admitted:
             waiting.popleft()
-        self.new_admissions = admitted
         return batch
 
+    def _req_states(self, reached: list[Request], batch: Batch) -> list[tuple[int, int]]:
+        """``req_states`` as ``add_one_req_ignore_eos`` has it once ``reached[-1]`` added its own: built at the
+        first request that got there (with the running batch and what was in the batch then), sorted, then one
+        insertion per later request."""
+        first = reached[0]
+        before = batch[:len(batch) - (len(reached) - 1)]  # the batch as it was when the first one got there
+        states = [(r.output - r.out, r.prompt + r.out) for r in (first, *self.running, *(b for b, _ in before)) if r.output > r.out]
+        states.sort(key=lambda s: s[0])
+        for req in reached[1:]:
+            _insert_state(states, req)
+        return states
+
     def finish_schedule(self, batch: Optional[Batch]) -> None:
-        """End of ``get_new_batch_prefill``: the executor's finalize, then the tracker."""
+        """End of ``get_new_batch_prefill``: the executor's finalize, then the tracker.
+
+        The batch size the tracker observes is ``ScheduleBatch.batch_size()`` after
+        ``mix_with_running``: with mixed chunks the decoding requests count too.
+        """
         if self.executor is not None:
             self.executor.finalize(actual_prefill=batch is not None)
         attempted = None
         if self.negotiated is not None:
             running, _, mrr, waiting = self.negotiated
             attempted = attempted_prefill_bs(running, mrr, waiting)
-        self.tracker.end_pass(len(batch) if batch else 0, attempted)
+        size = 0
+        if batch:
+            size = len(batch)
+            if self._mixed:
+                size += sum(1 for r in self.running if not (r.flight and r.out + 1 >= r.output))
+        self.tracker.end_pass(size, attempted)
 
-    # ----- one pass: the forward -------------------------------------------------
+    # ----- one pass: the forward and the results ---------------------------------
 
     def run(self, batch: Optional[Batch]) -> tuple[int, int]:
-        """What this rank computes this pass: (prefill tokens, decoding requests)."""
+        """Launch this pass's batch: (prefill tokens, decoding requests); KV allocated as SGLang allocates it.
+
+        Runs before the previous pass's result is processed (``process_results``), as the overlap loop does.
+        """
+        self.extended = bool(batch)
+        page = self._page
         prefill_tokens = 0
+        decoding: list[Request] = []
         if batch:
             for req, n in batch:
+                before = _ceil(req.prefilled, page)
                 req.prefilled += n
+                self.allocated += _ceil(req.prefilled, page) - before
                 prefill_tokens += n
-            self.kv_used += prefill_tokens
-            if self.kv_used > self.peak_kv:
-                self.peak_kv = self.kv_used
-            decoding = len(self._running) if self._mixed else 0
+        if self._mixed or not batch:  # all but _reqs_finishing_inflight (last token in flight)
+            decoding = [r for r in self.running if not (r.flight and r.out + 1 >= r.output)]
+        if page == 1:
+            self.allocated += len(decoding)  # each step stores one more token's KV
         else:
-            decoding = len(self._running)
-        return prefill_tokens, decoding
-
-    def end_pass(self, batch: Optional[Batch], decoded: int, t_end: float) -> tuple[list[Request], int, int]:
-        """After the pass ends at ``t_end``: decode bookkeeping, finished prefills join.
-
-        Returns (finished requests, output tokens made, first tokens made).
-        """
-        finished: list[Request] = []
-        running = self._running
-        tokens = 0
-        if decoded:
-            self.decode_steps += 1
-            self.kv_used += decoded
-            if self.kv_used > self.peak_kv:
-                self.peak_kv = self.kv_used
-            tokens += decoded
-            steps = self.decode_steps
-            while running and running[0][0] <= steps:
-                req = heapq.heappop(running)[2]
-                self._release(req, t_end)
-                finished.append(req)
-        firsts = 0
+            for r in decoding:
+                # KV held: the prompt and all outputs but the last (a request in flight has one more);
+                # this step stores the last output's KV, a new page when the held ones are full.
+                if (r.prompt + r.out + r.flight - 1) % page == 0:
+                    self.allocated += page
+        if self.allocated > self.peak_kv:
+            self.peak_kv = self.allocated
+        # running_batch as the launch leaves it: a mixed step empties it, a prefill step keeps it
+        # (the new prefills merge at the next pass), a decode step is the batch decoded.
+        if batch:
+            self._running_batch = 0 if self._mixed and self.running else len(self.running)
+        else:
+            self._running_batch = len(decoding)
+        self._launched_extend = bool(batch)
+        # Requests whose prompt is complete join the running batch (the merge at the next pass).
+        in_flight = list(decoding)
         if batch:
             for req, _ in batch:
                 if req.prefilled == req.prompt:
-                    req.first_token_s = t_end
-                    firsts += 1
-                    self.kv_used += 1
-                    if self.kv_used > self.peak_kv:
-                        self.peak_kv = self.kv_used
-                    if req.output <= 1:
-                        self._release(req, t_end)
-                        finished.append(req)
-                    else:
-                        req.decode_end = self.decode_steps + req.output - 1
-                        heapq.heappush(running, (req.decode_end, req.rid, req))
-        if finished:
-            self.batch_is_full = False
-        return finished, tokens + firsts, firsts
+                    self.running.append(req)
+                    self._clipped_left += min(req.output - req.out, CLIP_MAX_NEW_TOKENS)
+                    in_flight.append(req)
+        self._launched = (in_flight, prefill_tokens > 0 or bool(decoding))
+        return prefill_tokens, len(decoding)
 
-    def _release(self, req: Request, t_end: float) -> None:
-        req.finish_s = t_end
-        self.committed -= req.prompt + req.output
-        self.kv_used -= req.prompt + req.output
+    def process_results(self, t_result: float) -> tuple[list[Request], int, int]:
+        """The previous pass's result, available at ``t_result``: one output token per request in its batch.
+
+        Returns (finished requests, output tokens, first tokens). Then this pass's batch becomes the pending one.
+        """
+        finished: list[Request] = []
+        firsts = 0
+        in_flight = self._in_flight
+        if self._max_output <= CLIP_MAX_NEW_TOKENS:  # every output left is within the clip: each term drops by 1
+            clipped = len(in_flight)
+        else:
+            clipped = sum(1 for req in in_flight if req.output - req.out <= CLIP_MAX_NEW_TOKENS)
+        for req in in_flight:
+            req.flight = False
+            out = req.out = req.out + 1
+            if out == 1:
+                req.first_token_s = t_result
+                firsts += 1
+            if out >= req.output:
+                finished.append(req)
+        tokens = len(in_flight)
+        if finished:
+            page = self._page
+            self.running = [r for r in self.running if r.out < r.output]  # every running request but these has output left
+            for req in finished:
+                req.finish_s = t_result
+                self.allocated -= _ceil(req.prompt + req.out - 1, page)
+            self.batch_is_full = False
+        self._clipped_left -= clipped  # (a finished request's term is 0: nothing more when it leaves)
+        self._in_flight, self._ran = self._launched
+        for req in self._in_flight:
+            req.flight = True
+        self._launched = ([], False)
+        self._last_extend = self._launched_extend
+        return finished, tokens, firsts

@@ -36,8 +36,21 @@ def header(results: Sequence[RunResult]) -> str:
                         ("max_delay_ms", c.max_delay_ms), ("prefill_max_requests", c.prefill_max_requests)):
         if value is not None:
             knobs.append(f"{name} {value:g}")
+    if c.page_size != 1:
+        knobs.append(f"page {c.page_size}")
+    if c.scheduler != "model":
+        knobs.append(f"scheduler {c.scheduler}")
+    dpc = [c.load_balance_method]
+    if c.health_check_interval_s is None:
+        dpc.append("no health checks")
+    else:
+        dispatch = sorted({v.variant.health_dispatch for v in results})
+        dpc.append(f"GET /health every {c.health_check_interval_s:g} s ({'/'.join(dispatch)} dispatch)")
+    if c.resubmit_gap_s:
+        dpc.append(f"resubmit gap {1000 * c.resubmit_gap_s:g} ms")
     lines = [
         "Engine: " + ", ".join(knobs),
+        "DP controller: " + ", ".join(dpc),
         f"Workload: {r.workload.describe()} (seed {c.seed})",
         f"Cost: {c.cost.describe()}",
         f"Measured: {s.sim_seconds:.0f} simulated s per profile after a {c.warmup_s:g} s warm-up",

@@ -13,17 +13,36 @@ from .config import SimConfig, Variant
 
 ESTIMATIONS = ("none", "mixed", "all")
 STATUS_CODES = {name: i for i, name in enumerate(ESTIMATIONS)}
-# "off": no delayer (the estimation is still computed from which ranks reached a call site).
-REASONS = ("", "no_wait", "wait_success", "delay", "wait_timeout", "token_watermark", "off")
-REASON_CODES = {name: i for i, name in enumerate(REASONS)}
-DELAY = REASON_CODES["delay"]
-# What a rank asked of the delayer in a pass.
+# "": nothing to prefill (no reason given); "off": no policy (the estimation is still computed from which
+# ranks reached a call site).
+NO_REASON, OFF_REASON = "", "off"
+# What a rank asked of its policy in a pass.
 ASK_NONE, ASK_ADMIT_ALLOWED, ASK_ADMIT_VETOED, ASK_CHUNK = 0, 1, 2, 3
 
 
-def decision_name(code: int) -> str:
-    est, reason = ESTIMATIONS[code >> 3], REASONS[code & 7]
-    return f"{est}/{reason or '-'}"
+def reasons_of(profile: Optional[str]) -> tuple[str, ...]:
+    """The reason codes of a run: none, then the policy's own reasons (``off``: no policy)."""
+    if profile is None:
+        return (NO_REASON, OFF_REASON)
+    from ..spec.registry import policy_of
+
+    return (NO_REASON,) + tuple(r for r in policy_of(profile).reasons if r != NO_REASON)
+
+
+@dataclass(frozen=True)
+class PassTrace:
+    """One rank in one pass, as the differential test compares the backends."""
+
+    negotiated: Optional[tuple[int, int, int, int]]  # negotiate's (running, max_prefill_bs, max_running, queue), if prefillable
+    chunk: bool  # the negotiation came from add_chunked_req
+    verdict: Optional[bool]
+    decision: str  # gathered status / reason
+    running: int  # running requests at the admission
+    queue: int  # waiting requests at the admission
+    admitted: tuple[int, ...]  # request ids admitted from the queue
+    prefilled: tuple[tuple[int, int], ...]  # (request id, tokens) prefilled this pass
+    decode: int  # requests decoded this pass
+    finished: tuple[int, ...]  # request ids whose last token the result processing of this pass committed
 
 
 @dataclass(frozen=True)
@@ -61,8 +80,11 @@ class Summary:
 class RunResult:
     """One variant's run: settings, per-pass records, requests."""
 
-    def __init__(self, variant: Variant, config: SimConfig, workload: Any) -> None:
+    def __init__(self, variant: Variant, config: SimConfig, workload: Any, binding: Any = None) -> None:
         self.variant = variant
+        self.binding = binding  # the policy's ``SimBinding`` (None: off)
+        self.reasons = reasons_of(variant.profile)
+        self.reason_codes = {name: i for i, name in enumerate(self.reasons)}
         self.config = config
         self.workload = workload
         dp = config.dp_size
@@ -70,9 +92,12 @@ class RunResult:
         self.t0 = array("d")
         self.dt = array("d")
         self.status = bytearray()
-        self.decision = bytearray()  # per pass x rank: estimation << 3 | reason
+        self.decision = bytearray()  # per pass x rank: estimation * len(reasons) + reason
+        self.allowed = bytearray()  # per pass x rank: the verdict let the rank prefill
         self.ask = bytearray()  # per pass x rank: ASK_*
         self.prefill = array("q")  # per pass x rank: prefill tokens
+        self.decode = array("l")  # per pass x rank: requests decoded
+        self.new_seqs = array("l")  # per pass x rank: requests admitted from the queue (SGLang's log "#new-seq")
         self.running = array("l")  # per pass x rank, at the pass's start
         self.queue = array("l")  # per pass x rank, at the pass's start
         self.usage = array("d")  # per pass: mean token usage over ranks, at the pass's start
@@ -81,37 +106,59 @@ class RunResult:
         self.requests: list[Any] = []
         self.negotiations: list[int] = []  # each rank's delayer passes (one per scheduler pass)
         self.peak_kv = 0  # the most KV tokens any rank held
+        self.health_checks: list[tuple[float, int, bool]] = []  # each probe: (sent at, rank, taken in: False if dropped)
+        self.trace: list[tuple["PassTrace", ...]] = []  # per pass, per rank (only with SimConfig.trace)
         self._summary: Optional[Summary] = None
 
     # ----- recording -----------------------------------------------------------
 
     def recorder(self) -> Callable[..., None]:
-        t0, dt, status, decision, ask = self.t0, self.dt, self.status, self.decision, self.ask
+        t0, dt, status, decision, ask, allowed = self.t0, self.dt, self.status, self.decision, self.ask, self.allowed
         prefill, running, queue, usage, out_tokens = self.prefill, self.running, self.queue, self.usage, self.out_tokens
-        codes = {(e, r): (STATUS_CODES[e] << 3) | REASON_CODES[r] for e in ESTIMATIONS for r in REASONS}
+        decode, new_seqs = self.decode, self.new_seqs
+        width = len(self.reasons)
+        codes = {(e, r): STATUS_CODES[e] * width + i for e in ESTIMATIONS for i, r in enumerate(self.reasons)}
         dp = self.dp
+        trace = self.trace if self.config.trace else None
 
-        def record(now, pass_s, ranks, outcomes, batches, work, asks, tokens) -> None:
+        def record(now, pass_s, group, work, finished, tokens) -> None:
             t0.append(now)
             dt.append(pass_s)
+            outcomes = group.outcomes
             status.append(STATUS_CODES[outcomes[0].estimation])
             total_usage = 0.0
             for i in range(dp):
                 o = outcomes[i]
                 decision.append(codes[(o.estimation, o.reason)])
-                r = ranks[i]
-                if asks[i] is None:
+                allowed.append(o.allow)
+                r = group.ranks[i]
+                if r.negotiated is None and not r.gate_refused:
                     ask.append(ASK_NONE)
                 elif r.negotiated_for_chunk:
                     ask.append(ASK_CHUNK)
                 else:
                     ask.append(ASK_ADMIT_ALLOWED if o.allow else ASK_ADMIT_VETOED)
                 prefill.append(work[i][0])
+                decode.append(work[i][1])
+                new_seqs.append(len(r.admitted))
                 running.append(r.running_at_start)
                 queue.append(r.queue_at_start)
                 total_usage += r.usage_at_start
             usage.append(total_usage / dp)
             out_tokens.append(tokens)
+            if trace is not None:
+                negotiates = group.gather is not None  # without a delayer nothing negotiates
+                trace.append(tuple(
+                    PassTrace(
+                        negotiated=r.negotiated if negotiates else None, chunk=r.negotiated_for_chunk and negotiates,
+                        verdict=r.verdict if negotiates else None,
+                        decision=self.decision_name(decision[-dp + i]), running=r.running_at_start, queue=r.queue_at_start,
+                        admitted=tuple(q.rid for q in r.admitted),
+                        prefilled=tuple((q.rid, n) for q, n in (r.batch or ())),
+                        decode=work[i][1], finished=tuple(q.rid for q in finished[i] if not q.health_check),
+                    )
+                    for i, r in enumerate(group.ranks)
+                ))
 
         return record
 
@@ -122,6 +169,13 @@ class RunResult:
 
     # ----- reading ---------------------------------------------------------------
 
+    def reason(self, code: int) -> str:
+        """The reason of a recorded decision code."""
+        return self.reasons[code % len(self.reasons)]
+
+    def decision_name(self, code: int) -> str:
+        return f"{ESTIMATIONS[code // len(self.reasons)]}/{self.reason(code) or '-'}"
+
     @property
     def passes(self) -> int:
         return len(self.t0)
@@ -129,6 +183,26 @@ class RunResult:
     def window_start(self) -> int:
         """Index of the first pass of the measured window."""
         return bisect.bisect_left(self.t0, self.config.warmup_s)
+
+    def new_seqs_per_window(self, window_s: float = 30.0) -> list[list[int]]:
+        """Each whole ``window_s`` of the measured window: every rank's new sequences (admissions), as the
+        reporter of SGLang #35241 counted them (``#new-seq`` of the prefill-batch log lines per 30 s)."""
+        dp, t0 = self.dp, self.t0
+        k0 = self.window_start()
+        if k0 >= self.passes:
+            return []
+        start = t0[k0]
+        windows = int((self.end_s - start) // window_s)
+        counts = [[0] * dp for _ in range(windows)]
+        new_seqs = self.new_seqs
+        for k in range(k0, self.passes):
+            w = int((t0[k] - start) // window_s)
+            if w >= windows:
+                break
+            row = counts[w]
+            for i in range(dp):
+                row[i] += new_seqs[k * dp + i]
+        return counts
 
     def summary(self) -> Summary:
         if self._summary is None:
@@ -168,7 +242,7 @@ class RunResult:
         runs = self.delay_runs(k0)
         counts = Counter(self.decision[lo:hi])
         total = max(sum(counts.values()), 1)
-        decisions = {decision_name(code): c / total for code, c in sorted(counts.items(), key=lambda kv: -kv[1])}
+        decisions = {self.decision_name(code): c / total for code, c in sorted(counts.items(), key=lambda kv: -kv[1])}
         ttfts, waits = self._ttfts()
         return Summary(
             passes=n,
@@ -211,13 +285,14 @@ class RunResult:
         return values, waits
 
     def delay_runs(self, k0: int = 0) -> list[int]:
-        """Lengths (in passes) of every rank's runs of consecutive ``delay`` decisions from pass ``k0`` on."""
+        """Lengths (in passes) of every rank's runs of consecutive held passes (the verdict did not let it
+        prefill: SGLang's ``delay``) from pass ``k0`` on."""
         dp = self.dp
         runs = []
         for r in range(dp):
             length = 0
-            for code in self.decision[k0 * dp + r :: dp]:
-                if code & 7 == DELAY:
+            for allowed in self.allowed[k0 * dp + r :: dp]:
+                if not allowed:
                     length += 1
                 elif length:
                     runs.append(length)
@@ -259,12 +334,12 @@ class RunResult:
         return times, lines
 
     def decision_window(self, passes: int = 120) -> tuple[list[list[int]], list[list[bool]], int]:
-        """The last ``passes`` passes, ranks x passes: the reason code (plus ``len(REASONS)`` where the rank
+        """The last ``passes`` passes, ranks x passes: the reason code (plus ``len(reasons)`` where the rank
         had nothing to prefill, so it asked nothing), whether the rank prefilled, and the first pass's index."""
-        dp, idle = self.dp, len(REASONS)
+        dp, idle = self.dp, len(self.reasons)
         first = max(0, self.passes - passes)
         grid = [
-            [(self.decision[k * dp + r] & 7) + (idle if self.ask[k * dp + r] == ASK_NONE else 0) for k in range(first, self.passes)]
+            [(self.decision[k * dp + r] % idle) + (idle if self.ask[k * dp + r] == ASK_NONE else 0) for k in range(first, self.passes)]
             for r in range(dp)
         ]
         prefilled = [[self.prefill[k * dp + r] > 0 for k in range(first, self.passes)] for r in range(dp)]

@@ -38,19 +38,25 @@ assert {r for pol in policies() for p in pol.profiles for r in p.releases} <= se
 )
 
 
-def tracker_for(name: str) -> str:
-    """The tracker of the SGLang release a profile or release name stands for.
+def release_for(name: str) -> Optional[str]:
+    """The SGLang release a profile or release name stands for (None: a profile of ours, or ``off``).
 
     ``sglang-X`` is release X; a profile is its newest release; a profile of
-    ours (no release) postdates every release and uses the newest tracker.
+    ours (no release) postdates every release.
     """
     if name.startswith("sglang-") and name[len("sglang-"):] in _TRACKER_OF_RELEASE:
-        return _TRACKER_OF_RELEASE[name[len("sglang-"):]]
+        return name[len("sglang-"):]
     if not known_profile(name):  # "off": no delayer, today's scheduler
-        return WINDOW
+        return None
     profile = resolve_profile(name)
     releases = policy_of(profile).profile(profile).releases
-    return _TRACKER_OF_RELEASE[releases[-1]] if releases else WINDOW
+    return releases[-1] if releases else None
+
+
+def tracker_for(name: str) -> str:
+    """The tracker of the SGLang release a profile or release name stands for (the newest for ours)."""
+    release = release_for(name)
+    return _TRACKER_OF_RELEASE[release] if release is not None else WINDOW
 
 
 class MaxPrefillBsTracker:

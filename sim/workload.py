@@ -24,19 +24,22 @@ from .errors import SimInputError
 class Request:
     """One request; times in simulated seconds."""
 
-    __slots__ = ("rid", "arrival", "prompt", "output", "prefilled", "first_token_s", "finish_s", "rank", "client", "decode_end")
+    __slots__ = ("rid", "arrival", "prompt", "output", "prefilled", "out", "flight", "first_token_s", "finish_s", "rank", "client", "health_check")
 
-    def __init__(self, rid: int, arrival: float, prompt: int, output: int, client: Optional[int] = None) -> None:
+    def __init__(self, rid: int, arrival: float, prompt: int, output: int, client: Optional[int] = None,
+                 health_check: bool = False) -> None:
         self.rid = rid
         self.arrival = arrival
         self.prompt = prompt  # tokens to prefill
         self.output = output  # tokens to generate (the first comes from the last prefill chunk)
         self.prefilled = 0
+        self.out = 0  # output tokens the scheduler has processed (one pass behind the forward)
+        self.flight = False  # the model backend: in the last pass's batch, its result not processed yet
         self.first_token_s: Optional[float] = None
         self.finish_s: Optional[float] = None
         self.rank = -1
         self.client = client
-        self.decode_end = 0  # the rank's decode-step count at which the last token is out
+        self.health_check = health_check  # GET /health's generation probe (never counted in the results)
 
     def __repr__(self) -> str:
         return f"Request(rid={self.rid}, arrival={self.arrival:.3f}, prompt={self.prompt}, output={self.output})"

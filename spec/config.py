@@ -45,7 +45,29 @@ def layout_params(cp_note: str = "") -> tuple[Param, ...]:
     )
 
 
-class Config:
+class Layout:
+    """The gather's shape from the layout parameters: for a configuration, and for the proofs' symbolic one.
+
+    ``dp_size`` may be a Z3 term in a symbolic configuration; the rest are ints.
+    """
+
+    @property
+    def dp_dim(self) -> Any:
+        """Number of DP groups in the gather (the seed's ``dp_size_dim``)."""
+        return self.dp_size if self.enable_dp_attention else 1  # type: ignore[attr-defined]
+
+    @property
+    def group_size(self) -> int:
+        """Ranks per DP group in the gather; the first of each group is counted."""
+        return self.attn_cp_size * self.attn_tp_size  # type: ignore[attr-defined, no-any-return]
+
+    @property
+    def world_size(self) -> Any:
+        """Ranks taking part in the all-gather."""
+        return self.dp_dim * self.group_size
+
+
+class Config(Layout):
     """A validated configuration of some policy. Construction raises ``ConfigError`` on any bad field.
 
     Subclasses are frozen dataclasses; ``policy_name`` names their policy. The
@@ -63,6 +85,20 @@ class Config:
         return object.__new__(cls)
 
     # ----- validation, for the subclasses' __post_init__ ---------------------------------
+
+    def _apply_profile_defaults(self) -> None:
+        """Give every parameter left ``None`` the value its profile's default set has for it (``Profile.defaults``).
+
+        An unknown profile is left to ``_validate``, which names the known ones.
+        """
+        from .registry import known_profile, policy_of, resolve_profile
+
+        if not known_profile(self.profile):  # type: ignore[attr-defined]
+            return
+        name = resolve_profile(self.profile)  # type: ignore[attr-defined]
+        for param, value in policy_of(name).profile(name).defaults:
+            if getattr(self, param) is None:
+                object.__setattr__(self, param, value)
 
     def _validate(self, params: tuple[Param, ...]) -> None:
         """Check every parameter, resolve the profile, and check the layout's size."""
@@ -98,21 +134,6 @@ class Config:
         """The profile's features: what the guards and the table ask for."""
         return self._features
 
-    @property
-    def dp_dim(self) -> int:
-        """Number of DP groups in the gather (the seed's ``dp_size_dim``)."""
-        return self.dp_size if self.enable_dp_attention else 1  # type: ignore[attr-defined, no-any-return]
-
-    @property
-    def group_size(self) -> int:
-        """Ranks per DP group in the gather; the first of each group is counted."""
-        return self.attn_cp_size * self.attn_tp_size  # type: ignore[attr-defined, no-any-return]
-
-    @property
-    def world_size(self) -> int:
-        """Ranks taking part in the all-gather."""
-        return self.dp_dim * self.group_size
-
     def replace(self, **changes: Any) -> "Config":
         return dataclasses.replace(self, **changes)  # type: ignore[type-var]
 
@@ -123,3 +144,14 @@ class Config:
         """A 62-bit hash of every field, sent in each gathered row to detect mismatched ranks."""
         blob = json.dumps(self.as_dict(), sort_keys=True).encode()
         return int.from_bytes(hashlib.sha256(blob).digest()[:8], "big") >> 2
+
+
+class SymLayout(Layout):
+    """``Layout`` with the profile's features, for a proofs' configuration (``ProofHooks.sym_config``) whose
+    dataclass has a ``profile`` field, as ``Config`` reads them from its own."""
+
+    @property
+    def features(self) -> frozenset[str]:
+        from .registry import policy_of
+
+        return policy_of(self.profile).features_of(self.profile)  # type: ignore[attr-defined, no-any-return]

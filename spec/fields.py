@@ -45,6 +45,7 @@ class Field:
     default: Any = None
     trace: str = ""
     sym: str = ""
+    values: tuple[str, ...] = ()  # a ``TEXT`` field's possible values, when they are few (logs write the index)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

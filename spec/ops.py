@@ -3,7 +3,7 @@
 Guards use Python's comparison and arithmetic operators (which work on ints,
 floats and Z3 terms alike) plus the few operations below, which Python cannot
 overload (``and``/``or``/``not``/``if``) or whose meaning must be pinned exactly
-(ceil-division, ``int(x * ratio)`` in IEEE doubles, max/sum over ranks).
+(ceil-division, ``int(x * ratio)`` and ``a / b >= ratio`` in IEEE doubles, max/sum over ranks).
 ``PyOps`` evaluates them on Python values; ``proofs.z3ops.Z3Ops`` builds Z3
 terms, ``fsm.compiled.SrcOps`` Python source and ``docgen.textops.TextOps``
 readable formulas, each implementing ``Ops``, so a guard is written once.
@@ -40,6 +40,8 @@ class Ops(Protocol):
     def ceil_div(self, a: Any, b: Any) -> Any: ...
 
     def floor_mul(self, a: Any, ratio: Any) -> Any: ...
+
+    def ratio_at_least(self, num: Any, den: Any, ratio: Any) -> Any: ...
 
     def num(self, x: Any) -> Any: ...
 
@@ -123,6 +125,11 @@ class PyOps:
     def floor_mul(a: int, ratio: float) -> int:
         """``int(a * ratio)`` in IEEE doubles: ``int(100 * 0.29) == 28``."""
         return int(a * ratio)
+
+    @staticmethod
+    def ratio_at_least(num: int, den: int, ratio: float) -> bool:
+        """``num / den >= ratio`` with the quotient in IEEE doubles (``den >= 1``): a fill target, say."""
+        return num / den >= ratio
 
     @staticmethod
     def num(x: Any) -> Any:

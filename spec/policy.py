@@ -26,11 +26,16 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from .fields import Field
+from .fields import BOOL, COUNT, Field
 
 PROVED, REFUTED, UNKNOWN = "proved", "refuted", "unknown"
 COUNTED, ALL = "counted", "all"  # which rows an aggregate reads: the first of each DP group, or every one
 AGG_KINDS = ("count", "sum", "max", "any")
+# The one collective of a pass: every rank's row to every rank, or the rows reduced slot by slot.
+ALL_GATHER, ALL_REDUCE_SUM, ALL_REDUCE_MAX = "all_gather", "all_reduce_sum", "all_reduce_max"
+COLLECTIVES = (ALL_GATHER, ALL_REDUCE_SUM, ALL_REDUCE_MAX)
+# The view folds an all-reduce can compute: its op's own, "any" (the reduced 0/1 slot > 0), and the count (dp_dim).
+REDUCIBLE = {ALL_REDUCE_SUM: ("sum", "any", "count"), ALL_REDUCE_MAX: ("max", "any", "count")}
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,8 @@ class Profile:
     features: frozenset[str]
     releases: tuple[str, ...]  # the engine releases whose code this profile is, bit for bit
     summary: str
+    # (parameter, value): the defaults this profile gives parameters left unset (an engine's tuned default set)
+    defaults: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -181,6 +188,28 @@ class Policy:
     extras: Mapping[str, Any] = field(default_factory=dict)
     # the guards, by name, when the guards' module holds more than guards (else every public function of it)
     guard_names: tuple[str, ...] = ()
+    # the pass's one collective (``ALL_GATHER``, or an all-reduce whose op folds every view field: ``REDUCIBLE``)
+    collective: str = ALL_GATHER
+    # a BOOL local input that stands for "this rank's collective raised": the runtime sets it (never a caller), and a
+    # profile that fails open decides on it locally; None: a failed collective raises on the rank that saw it
+    collective_failure: Optional[str] = None
+    # (config) -> whether its profile fails open: decides on the failure input instead of raising
+    fails_open: Callable[[Any], bool] = lambda c: False
+
+    def __post_init__(self) -> None:
+        if self.collective not in COLLECTIVES:
+            raise ValueError(f"policy {self.name}: unknown collective {self.collective!r}, expected one of {COLLECTIVES}")
+        if self.collective != ALL_GATHER:
+            kinds = REDUCIBLE[self.collective]
+            wrong = [a.name for a in self.view if a.kind not in kinds or a.over != COUNTED]
+            if wrong:
+                raise ValueError(f"policy {self.name}: an {self.collective} cannot fold view fields {wrong} "
+                                 f"(it folds {', '.join(kinds)} over the counted rows)")
+            signed = [f.name for f in self.row if f.kind not in (BOOL, COUNT)]
+            if signed:  # 0 is then the identity of both ops, which is what a rank that is not counted sends
+                raise ValueError(f"policy {self.name}: an all-reduce row holds counts and flags only, not {signed}")
+        if self.collective_failure is not None and self.collective_failure not in self.local_inputs:
+            raise ValueError(f"policy {self.name}: collective_failure {self.collective_failure!r} must be a local input")
 
     # ----- derived, for every consumer ------------------------------------------------
 
@@ -260,6 +289,26 @@ class Policy:
                 values.append(o.SumOf(r[i] for r in src))
             else:  # any: the sum of a 0/1 field is positive
                 values.append(o.SumOf(r[i] for r in src) > 0)
+        return self.view_cls(*values)
+
+    def received_rows(self, c: Any) -> int:
+        """How many rows a pass's collective hands each rank: every rank's, or one reduced row."""
+        return c.world_size if self.collective == ALL_GATHER else 1
+
+    def view_of(self, o: Any, c: Any, received: Sequence[Sequence[Any]]) -> Any:
+        """The view from what the collective handed this rank (``received_rows`` rows): the fold of the gathered
+        rows, or the reduced row read slot by slot (what the fold gives, since every field is the op's own fold)."""
+        if self.collective == ALL_GATHER:
+            return self.gathered_view(o, c, received)
+        (reduced,) = received
+        values = []
+        for kind, i, _ in self._fold_plan:
+            if i is None:
+                values.append(c.dp_dim)
+            elif kind == "any":
+                values.append(reduced[i] > 0)
+            else:
+                values.append(reduced[i])
         return self.view_cls(*values)
 
     @functools.cached_property
@@ -343,6 +392,7 @@ class SimBinding:
     inputs: Callable[..., tuple]  # (facts) -> the policy's inputs for a rank that asks
     idle_inputs: Callable[..., tuple]  # (facts) -> the inputs of a rank that reached no call site
     outcome: Callable[[Any], tuple] = lambda d: ("", d.output_allow, d.output_reason, 0)  # (estimation, allow, reason, forward_passes)
+    colours: Mapping[str, str] = field(default_factory=dict)  # reason -> colour in the simulator's timeline plot
 
 
 def with_states(cls: Any, names: Sequence[str]) -> None:

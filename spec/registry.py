@@ -19,9 +19,13 @@ DEFAULT_PROFILE = "seed"  # what a configuration without a profile is: SGLang 0.
 @functools.lru_cache(maxsize=1)
 def policies() -> tuple[Policy, ...]:
     """Every policy, loaded on first use (the policy modules import the spec's core, not this module)."""
-    from .policies import prefill_decode_interval, sglang_delayer
+    from .policies import (
+        atom_930, atom_coalescer, prefill_decode_interval, sglang_delayer, sglang_lockstep, trtllm_adp_balance,
+        vllm_prefill_cadence,
+    )
 
-    found = (sglang_delayer.POLICY, prefill_decode_interval.POLICY)
+    found = (sglang_delayer.POLICY, prefill_decode_interval.POLICY, vllm_prefill_cadence.POLICY, trtllm_adp_balance.POLICY,
+             atom_coalescer.POLICY, atom_930.POLICY, sglang_lockstep.POLICY)
     names = [p for pol in found for p in pol.profile_names]
     owner = {a: pol.name for pol in found for a in pol.release_aliases}
     clash = [a for pol in found for a in pol.release_aliases if a in names and pol.release_aliases[a] != a]

@@ -83,6 +83,11 @@ class Table(tuple):
         return control
 
 
+def negotiate_row(src: str, name: str, dest: str, guards: tuple[str, ...], reason: str, *effects: str, allows: bool) -> Transition:
+    """The ``negotiate`` row ``{src}_{name}``: its guards as ``lits`` names (``"!g"`` negated), its reason and effects."""
+    return Transition(f"{src}_{name}", NEGOTIATE, src, dest, lits(*guards), reason, effects, allows)
+
+
 def resolve(profile: str, states: tuple[str, ...], rows: list[Transition], guards: Mapping[str, Callable[..., Any]]) -> Table:
     """The table of ``profile`` with each row's guard functions looked up in ``guards``."""
     return Table(profile, states, tuple(replace(t, fns=tuple(guards[lit.guard] for lit in t.lits)) for t in rows))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -45,14 +46,21 @@ def drive(delayer: PrefillDelayer, clock: Clock, rank: int, passes: int,
 def write_inprocess_logs(folder: Path, world: int = 4, passes: int = 60, profile: str = "hardened",
                          max_delay_passes: int = MAX_DELAY_PASSES, rates: Optional[list[float]] = None,
                          inputs: Callable[[int, int], tuple] = mixed_inputs, skip: Optional[bool] = None,
-                         server_args: Optional[dict[str, Any]] = None) -> list[list[tuple]]:
-    """A ``world``-rank run over the in-process gather, every rank logging into ``folder``."""
+                         server_args: Optional[dict[str, Any]] = None,
+                         log_options: Optional[dict[str, Any]] = None) -> list[list[tuple]]:
+    """A ``world``-rank run over the in-process gather, every rank logging into ``folder``
+    (``log_options``: ``DecisionLogOptions`` fields, e.g. the format)."""
     sa = ServerArgs(**(server_args or SERVER_ARGS))
+    target: Any = folder
+    if log_options is not None:
+        from prefill_delayer.runtime.decision_log import DecisionLogOptions
+
+        target = DecisionLogOptions(folder, folder=True, **log_options)
 
     def rank_main(rank: int, gather: Any) -> list[tuple]:
         clock = Clock(t=0.0, rate=(rates or [1.0] * world)[rank], offset=1000.0 + 3.0 * rank)
         d = PrefillDelayer(world, 1, None, sa, max_delay_passes, WATERMARK, gather=gather, clock=clock,
-                           profile=profile, decision_log=folder)
+                           profile=profile, decision_log=target)
         if skip is not None:
             d.skip_first_delayer = skip
         try:
@@ -75,7 +83,12 @@ def check_log(*argv: str) -> tuple[int, str, str]:
 
 
 def read_lines(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    """Every line of a log as an object: format 2's pass arrays named as ``pass_dicts`` names them."""
+    raw = [json.loads(line) for line in path.read_text().splitlines()]
+    if not raw or raw[0].get("format") != 2:
+        return raw
+    named = iter(_named(raw[0], [x for x in raw[1:] if isinstance(x, list)]))
+    return [next(named) if isinstance(x, list) else x for x in raw]
 
 
 def edit_line(path: Path, pred: Callable[[dict[str, Any]], bool], change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
@@ -89,3 +102,43 @@ def edit_line(path: Path, pred: Callable[[dict[str, Any]], bool], change: Callab
             path.write_text("".join(lines))
             return obj
     raise AssertionError(f"no line of {path} matches")
+
+
+def pass_dicts(path: Path) -> list[dict[str, Any]]:
+    """A log's pass lines as objects by name, whatever the format: format 1's as written; format 2's arrays named by the
+    header's columns, grouped (``row``, ``view``, ``before``, ``decision``, ``after``), indices and 0/1 decoded."""
+    return [x for x in read_lines(path) if x.get("kind") == "pass"]
+
+
+def _named(header: dict[str, Any], arrays: list[list]) -> list[dict[str, Any]]:
+    from prefill_delayer.spec import Config
+    from prefill_delayer.spec.schema import pass_columns
+
+    policy = Config(**header["config"]).policy
+    kinds = dict(pass_columns(policy))
+    enums = header["enums"]
+    out = []
+    for x in arrays:
+        o: dict[str, Any] = {"kind": "pass"}
+        for name, v in zip(header["columns"], x):
+            kind = kinds.get(name)
+            if kind == "bool":
+                v = bool(v)
+            elif kind == "control":
+                v = enums["control"][v]
+            elif kind == "reason":
+                v = enums["reason"][v]
+            elif name in enums:
+                v = enums[name][v]
+            elif kind == "seconds or none" and v == 0 and math.copysign(1.0, v) < 0:
+                v = None
+            group, _, key = name.partition(".")
+            if key and group in ("row", "view", "before", "decision", "after"):
+                o.setdefault(group, {})[key] = v
+            elif group == "rows":
+                o.setdefault("rows", []).append(v)
+            else:
+                o[name] = v
+        o["row"] = list(o["row"].values())
+        out.append(o)
+    return out

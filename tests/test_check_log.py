@@ -1,5 +1,8 @@
 """check-log on logs of in-process runs: clean runs, edited logs flagged on exactly the edited pass, each
-invariant able to fail, traces that replay, the plot, the JSON report, and every kind of bad input."""
+invariant able to fail, traces that replay, the plot, the JSON report, and every kind of bad input.
+
+The logs here are written in format 1 (``V1``), whose lines are JSON objects a test can edit by name; format 2's
+own edits and checks are in ``tests/test_log_format_2.py``."""
 
 from __future__ import annotations
 
@@ -14,11 +17,13 @@ from delayer_spec import PROFILES
 
 from decision_log_harness import check_log, edit_line, read_lines, write_inprocess_logs
 
+V1 = {"format": 1}
+
 
 @pytest.fixture(scope="module")
 def clean_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("clean")
-    write_inprocess_logs(folder, world=4, passes=80, profile="hardened")
+    write_inprocess_logs(folder, world=4, passes=80, profile="hardened", log_options=V1)
     return folder
 
 
@@ -38,7 +43,7 @@ def _json(path: Path) -> dict[str, Any]:
 
 @pytest.mark.parametrize("profile", PROFILES)
 def test_every_profile_checks_clean(tmp_path: Path, profile: str) -> None:
-    write_inprocess_logs(tmp_path, world=2, passes=70, profile=profile)
+    write_inprocess_logs(tmp_path, world=2, passes=70, profile=profile, log_options=V1)
     rc, out, err = check_log(str(tmp_path), "--json", str(tmp_path / "report.json"))
     assert rc == 0 and err == "", out + err
     report = _json(tmp_path / "report.json")
@@ -119,7 +124,7 @@ def test_seed_unbounded_delay_is_flagged_and_its_trace_replays(tmp_path: Path) -
 
     logs = tmp_path / "logs"
     write_inprocess_logs(logs, world=2, passes=12, profile="seed", max_delay_passes=4, inputs=slot_full,
-                         server_args={"enable_dp_attention": True})
+                         server_args={"enable_dp_attention": True}, log_options=V1)
     rc, out, err = check_log(str(logs), "--traces", str(tmp_path / "traces"), "--json", str(tmp_path / "r.json"))
     assert rc == 1, out + err
     assert "bounded-delay" in out and "a known defect of profile seed" in out
@@ -146,7 +151,7 @@ def test_agreement_violation_under_clock_skew_and_its_trace(tmp_path: Path) -> N
     write_inprocess_logs(logs, world=4, passes=8, profile="seed", max_delay_passes=100, inputs=queue,
                          rates=[1.0, 1.0, 1.3, 1.3], skip=False,
                          server_args={"enable_dp_attention": True, "prefill_delayer_queue_min_ratio": 0.5,
-                                      "prefill_delayer_max_delay_ms": 15.0})
+                                      "prefill_delayer_max_delay_ms": 15.0}, log_options=V1)
     rc, out, err = check_log(str(logs), "--traces", str(tmp_path / "t"), "--json", str(tmp_path / "r.json"))
     assert rc == 1, out + err
     report = _json(tmp_path / "r.json")
@@ -230,7 +235,7 @@ def test_spec_hash_or_configuration_that_differ(clean_logs: Path, tmp_path: Path
     assert rc == 0 and "written under another spec (0123456789abcdef)" in out, out + err
     # Logs of two configurations: an error, or --own-profile checks each against its own.
     other = tmp_path / "other"
-    write_inprocess_logs(other, world=2, passes=20, profile="seed", max_delay_passes=5)
+    write_inprocess_logs(other, world=2, passes=20, profile="seed", max_delay_passes=5, log_options=V1)
     rc, out, err = check_log(str(clean_logs), str(other))
     assert rc == 2 and "2 different configurations" in err and "--own-profile" in err
     rc, out, err = check_log(str(clean_logs), str(other), "--own-profile")
@@ -242,9 +247,9 @@ def test_spec_hash_or_configuration_that_differ(clean_logs: Path, tmp_path: Path
         rc, _, err = check_log(str(bad), *flag)
         assert rc == 2 and "does not rebuild the logged configuration exactly" in err, err
     # Another format, or a field this build does not know.
-    edit_line(bad / "rank0.jsonl", lambda o: o["kind"] == "header", lambda o: o.update(format=2))
+    edit_line(bad / "rank0.jsonl", lambda o: o["kind"] == "header", lambda o: o.update(format=3))
     rc, _, err = check_log(str(bad / "rank0.jsonl"))
-    assert rc == 2 and "rank0.jsonl:1: decision log format 2; this build reads format 1" in err
+    assert rc == 2 and "rank0.jsonl:1: decision log format 3; this build reads format 1, 2" in err
 
 
 def test_gaps_are_reported_not_guessed_over(clean_logs: Path, tmp_path: Path) -> None:
@@ -260,7 +265,7 @@ def test_gaps_are_reported_not_guessed_over(clean_logs: Path, tmp_path: Path) ->
 
 
 def test_restarted_runs_in_one_folder_are_checked_as_runs(tmp_path: Path) -> None:
-    write_inprocess_logs(tmp_path, world=2, passes=15)
+    write_inprocess_logs(tmp_path, world=2, passes=15, log_options=V1)
     write_inprocess_logs(tmp_path, world=2, passes=10)  # the first run's files become rank*.jsonl.1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rank0.jsonl", "rank0.jsonl.1", "rank1.jsonl", "rank1.jsonl.1"]
     rc, out, err = check_log(str(tmp_path))
@@ -305,7 +310,7 @@ def test_one_trace_per_window_and_a_cap_per_property(tmp_path: Path, monkeypatch
 
     logs = tmp_path / "logs"
     write_inprocess_logs(logs, world=2, passes=16, profile="seed", max_delay_passes=3, inputs=two_runs,
-                         server_args={"enable_dp_attention": True})
+                         server_args={"enable_dp_attention": True}, log_options=V1)
     rc, out, _ = check_log(str(logs), "--traces", str(tmp_path / "all"), "--json", str(tmp_path / "all.json"))
     assert rc == 1
     windows = [tuple(t["passes"]) for t in _json(tmp_path / "all.json")["traces"] if t["property"] == "bounded-delay"]

@@ -72,17 +72,19 @@ def test_environment_variable_writes_one_file_per_rank(tmp_path: Path, monkeypat
         assert header["fingerprint"] == c.fingerprint() and header["spec_hash"] == spec_hash()
         assert header["row_fields"] == list(ROW_FIELDS) and header["part"] == 0
         assert [p["pass"] for p in passes] == [1, 2, 3, 4] and all(p["kind"] == "pass" for p in passes)
+        assert header["format"] == 2 and header["mode"] == "compact" and header["columns"][:3] == ["pass", "wall", "now"]
         for p, d in zip(passes, decisions[rank]):
-            assert p["rank"] == rank and p["profile"] == "hardened" and p["spec_hash"] == spec_hash()
-            assert p["fingerprint"] == c.fingerprint() and p["mrr"] == 64 and p["token_usage"] == 0.9
-            assert len(p["rows"]) == 2 * len(ROW_FIELDS) and p["rows"][rank * len(ROW_FIELDS) + 6] == 64
+            assert p["mrr"] == 64 and p["token_usage"] == 0.9
+            # the own row holds the policy's fields; the envelope's pass stamp has a column of its own (its pass number)
+            assert p["row"][6] == 64 and len(p["row"]) == len(ROW_FIELDS) - 3 and p["pass_stamp"] == 1
+            assert p["view"]["mrr_max"] == 64 and p["view"]["n"] == 2
             dec = p["decision"]
             assert (dec["output_allow"], dec["output_reason"], dec["wait_forward_passes"], dec["wait_seconds"]) == (
                 d.output_allow, d.output_reason, d.wait_forward_passes, d.wait_seconds)
             assert dec["input_estimation"] == d.input_estimation and dec["num_prefillable"] == d.num_prefillable
             assert tuple(p["after"].values()) == tuple(d.next_state)
         assert tuple(passes[0]["before"].values()) == tuple(INITIAL_STATE)
-        assert passes[0]["rows"] == read_lines(folder / f"rank{1 - rank}.jsonl")[1]["rows"]  # the same gathered table
+        assert passes[0]["digest"] == read_lines(folder / f"rank{1 - rank}.jsonl")[1]["digest"]  # the same gathered table
 
 
 def test_keyword_path_folder_and_writable_file(tmp_path: Path) -> None:
@@ -104,7 +106,8 @@ def test_keyword_path_folder_and_writable_file(tmp_path: Path) -> None:
     d.negotiate(True, 0.9)
     d.close()
     assert not buf.closed  # the caller's file: flushed, not closed
-    assert [json.loads(x)["kind"] for x in buf.getvalue().splitlines()] == ["header", "pass"]
+    header, line = (json.loads(x) for x in buf.getvalue().splitlines())
+    assert header["kind"] == "header" and isinstance(line, list) and line[0] == 1  # a format-2 pass line: pass 1
     for bad in (123, b"bytes", ""):
         with pytest.raises(ConfigError, match="decision_log"):
             _delayer(1, lambda row: [list(row)], decision_log=bad)

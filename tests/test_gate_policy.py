@@ -216,3 +216,28 @@ def test_the_gate_over_gloo_fails_a_bad_pass_on_every_rank() -> None:
     bad_input, mismatch = per_rank[0]
     assert bad_input["type"] == "PeerInputError" and "running_batch" in bad_input["message"] and bad_input["same_state"]
     assert mismatch["type"] == "ConfigMismatchError"
+
+
+def test_check_log_blames_a_later_disagreement_on_the_split_that_caused_it(tmp_path: Path) -> None:
+    """Ranks part on unequal running batches (agreement, a defect of 0.5.23); a later pass with equal
+    batches still decides apart because their states differ. That pass is the same violation's
+    consequence, not a violation of agreement-equal-args (which 0.5.23 keeps)."""
+    c = GateConfig(prefill_decode_interval=2, prefill_decode_interval_min_bs=1, dp_size=1, attn_tp_size=2,
+                   enable_dp_attention=False, profile="pdi-0.5.23")
+    inputs = [[(0, False), (0, False)], [(0, False), (0, False)], [(0, True), (1, False)], [(0, False), (0, False)]]
+
+    def rank_main(rank: int, gather: Any) -> list[str]:
+        core = PolicyCore(c, gather, clock=lambda: 0.0, decision_log=str(tmp_path))
+        out = []
+        for per_rank in inputs:
+            out.append(core.negotiate(*per_rank[rank]).output_reason)
+            core.finalize()
+        core.close()
+        return out
+
+    reasons = run_ranks(2, rank_main)
+    assert reasons[0][2:] == ["small_batch", "no_interval"] and reasons[1][2:] == ["decode_interval", "small_batch"]
+    report, _, _ = check_logs([str(tmp_path)])
+    found = [(f.pass_number, f.property, f.known_defect) for f in report.findings]
+    assert found == [(3, "agreement", True), (4, "agreement", True)], report.findings
+    assert "parted on pass 3" in report.findings[1].message

@@ -32,7 +32,7 @@ ALLOWED: dict[str, set[str]] = {
     "traces": {"spec", "fsm", "runtime"},
     "proofs": {"spec", "fsm", "traces"},
     "conformance": {"files", "spec", "fsm", "runtime", "traces"},
-    "sim": {"files", "spec", "fsm", "runtime"},
+    "sim": {"files", "spec", "fsm", "runtime", "integrations"},
     "integrations": {"spec", "fsm", "runtime"},
     "docgen": {"spec", "fsm", "proofs"},
     "cli": {"files", "spec", "fsm", "runtime", "traces", "proofs", "conformance", "sim", "docgen"},

@@ -26,7 +26,7 @@ from prefill_delayer.spec import registry
 from prefill_delayer.spec.config import layout_params
 
 PACKAGE = Path(__file__).resolve().parents[1]
-FOLDERS = ("fsm", "proofs", "runtime", "conformance", "docgen", "traces")
+FOLDERS = ("fsm", "proofs", "runtime", "conformance", "docgen", "traces", "sim")
 # SGLang's delayer API: SGLang's call sites pass these by name (``HostBinding.call``), and its
 # constructor takes ``max_delay_passes`` and ``token_usage_low_watermark`` positionally.
 # Its metrics take ``max_delay_passes`` for SGLang's bucket rule; its example sets SGLang's arguments.
@@ -38,7 +38,33 @@ HOST_API = {
 # Words that only look like a policy's: (file, word) -> what they are there.
 HOMONYMS = {
     ("runtime/decision_log.py", "open"): "the log's failure stage (opening its file), a label of its error counter",
+    ("sim/plot.py", "open"): "PIL's Image.open",
+    ("sim/rank.py", "waiting"): "the rank's waiting queue",
+    ("sim/engine.py", "waiting"): "the rank's waiting queue",
+    ("sim/engine.py", "idle"): "a rank with nothing to do (RankScheduler.idle)",
+    ("sim/config.py", "lockstep"): "the single-threaded gather (--gather lockstep)",
+    ("sim/gather.py", "lockstep"): "the single-threaded gather (--gather lockstep)",
+    ("sim/calibrate.py", "uniform"): "prompt lengths drawn uniformly",
+    **{(f"sim/{name}.py", "seed"): "the run's RNG seed" for name in ("calibrate", "cli", "config", "engine", "options", "report", "workload")},
 }
+
+
+def sim_words(rel: str) -> set[str]:
+    """What the simulator may name: it models SGLang's scheduler, so the facts it offers every policy
+    (``sim.policy_site.Facts``, named as SGLang's scheduler names them) and the SGLang delayer options its
+    simulated server takes (``sim.config.DELAYER_SETTINGS``) are its own words, as is the executor API's
+    ``local_prefillable``; its calibration scenarios (``options.SCENARIOS``, ``calibrate``) reproduce SGLang
+    issues on the releases they were reported on, and the differential workloads (``differential``) pick
+    profiles, so they name them."""
+    if not rel.startswith("sim/"):
+        return set()
+    from prefill_delayer.sim.config import DELAYER_SETTINGS
+    from prefill_delayer.sim.policy_site import Facts
+
+    words = set(Facts._fields) | set(DELAYER_SETTINGS) | {"local_prefillable"}
+    if rel in ("sim/options.py", "sim/calibrate.py", "sim/differential.py"):
+        words |= {name for pol in registry.policies() for name in (*pol.profile_names, *pol.release_aliases)}
+    return words
 
 
 def policy_words() -> dict[str, str]:
@@ -101,7 +127,7 @@ def findings(folders: tuple[str, ...] = FOLDERS) -> list[str]:
     for folder in folders:
         for path in sorted((PACKAGE / folder).rglob("*.py")):
             rel = path.relative_to(PACKAGE).as_posix()
-            allowed = host_words(rel)
+            allowed = host_words(rel) | sim_words(rel)
             for line, word in used_words(path.read_text(encoding="utf-8")):
                 if word in words and word not in allowed and (rel, word) not in HOMONYMS:
                     out.append(f"{rel}:{line}: {word!r} ({words[word]})")

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from prefill_delayer.integrations.sglang import release_stubs as stubs
+from prefill_delayer.integrations import released
 from prefill_delayer.integrations.sglang import upstream as up
 from prefill_delayer.runtime.gather import import_torch
 
@@ -142,7 +143,7 @@ def test_a_failed_write_leaves_no_partial_file(cache: Path, monkeypatch: pytest.
     def broken_replace(src: str, dst: Any) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(up.os, "replace", broken_replace)
+    monkeypatch.setattr(released.os, "replace", broken_replace)  # the cache writes through integrations.released
     with pytest.raises(OSError, match="disk full"):
         up.release_source("0.5.20")
     assert _files(cache) == []

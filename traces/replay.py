@@ -31,20 +31,44 @@ def run_trace(trace: dict[str, Any], profile: str | None = None) -> list[list[di
     passes = trace["passes"]
     world = len(passes[0]["ranks"])
 
+    failure = policy.collective_failure  # an input the runtime sets: replayed as this rank's collective failing
+
     def rank_main(rank: int, gather: Any) -> list[dict[str, Any]]:
         clock_now = [0.0]
+        fails = [False]
+        collective = gather if failure is None else _Failing(gather, fails)
         # A replay is not a deployment: never write into PREFILL_DELAYER_DECISION_LOG's folder.
-        core = PolicyCore(config, gather, clock=lambda: clock_now[0], decision_log=False)
+        core = PolicyCore(config, collective, clock=lambda: clock_now[0], decision_log=False)
         out = []
         for p in passes:
             x = p["ranks"][rank]
             clock_now[0] = x["now_s"]
-            d = core.negotiate(*inputs_of_trace(policy, x))
+            inp = inputs_of_trace(policy, x)
+            if failure is not None:
+                fails[0] = bool(getattr(inp, failure))
+                inp = [v for f, v in zip(policy.inputs, inp) if f.name != failure]
+            d = core.negotiate(*inp)
             out.append(expect_of(policy, d))
         return out
 
     per_rank = run_ranks(world, rank_main)
     return [[per_rank[r][i] for r in range(world)] for i in range(len(passes))]
+
+
+class _Failing:
+    """A rank's gather that takes part in the exchange, then raises when the trace says its collective failed:
+    the peers complete theirs, as when one rank's side of a collective times out."""
+
+    def __init__(self, gather: Any, fails: list[bool]) -> None:
+        self._gather, self._fails = gather, fails
+        self.rank, self.world_size = gather.rank, gather.world_size
+        self.description = getattr(gather, "description", repr(gather))
+
+    def __call__(self, row: Any) -> Any:
+        rows = self._gather(row)
+        if self._fails[0]:
+            raise RuntimeError("the trace's collective failure on this rank")
+        return rows
 
 
 def replay(trace: dict[str, Any]) -> tuple[bool, list[str]]:

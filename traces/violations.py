@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from ..spec.monitors import Agreement, GroupRunBound, RunBound
+from ..spec.monitors import Agreement, GroupRunBound, PassRule, RunBound
 from ..spec.ops import PY
 from ..spec.registry import policy_of
-from ..spec.schema import TraceDecision
+from ..spec.schema import TraceDecision, inputs_of_trace
 
-# The monitor kinds a trace can show: what the decisions alone (no gathered view) reveal.
-REPLAYABLE = (RunBound, Agreement, GroupRunBound)
+# The monitor kinds a trace can show: what the decisions reveal, with the gathered views the trace's inputs give.
+REPLAYABLE = (RunBound, Agreement, GroupRunBound, PassRule)
 
 
 def replayable(policy: Any) -> tuple[str, ...]:
@@ -56,6 +56,34 @@ def agreement_violation(policy: Any, decisions: Sequence[Sequence[Any]]) -> Opti
     return None
 
 
+def pass_views(trace: dict[str, Any]) -> list[Any]:
+    """The gathered view of each pass of ``trace``: its inputs stepped from fresh ranks through the spec (``fsm.Step``)."""
+    from ..fsm import Step
+
+    c = _config(trace)
+    policy = c.policy
+    step = Step(c)
+    passes = trace["passes"]
+    states = [policy.init] * len(passes[0]["ranks"]) if passes else []
+    views = []
+    for p in passes:
+        inputs = [inputs_of_trace(policy, x) for x in p["ranks"]]
+        locals_ = [step.local(st, x["now_s"], inp) for st, x, inp in zip(states, p["ranks"], inputs)]
+        view = step.view([policy.local_row(PY, c, inp, local) for inp, local in zip(inputs, locals_)])
+        states = [step.finalize(step.negotiate(st, view, local).next_state) for st, local in zip(states, locals_)]
+        views.append(view)
+    return views
+
+
+def pass_rule_violation(rule: PassRule, trace: dict[str, Any], decisions: Sequence[Sequence[Any]]) -> Optional[str]:
+    c = _config(trace)
+    for i, (view, per_rank) in enumerate(zip(pass_views(trace), decisions)):
+        for rank, d in enumerate(per_rank):
+            if rule.violated(PY, c, view, d):
+                return f"pass {i}: rank {rank}: {rule.explain(view, d)}"
+    return None
+
+
 def group_run_violation(mon: GroupRunBound, c: Any, decisions: Sequence[Sequence[Any]]) -> Optional[str]:
     """A window of ``window`` passes in which every pass has a counting rank."""
     window = mon.window(PY, c)
@@ -89,4 +117,6 @@ def find_violation(prop: str, trace: dict[str, Any], decisions: Optional[Sequenc
         return run_bound_violation(mon, c, decisions)
     if isinstance(mon, Agreement):
         return agreement_violation(policy, decisions)
+    if isinstance(mon, PassRule):
+        return pass_rule_violation(mon, trace, decisions)
     return group_run_violation(mon, c, decisions)

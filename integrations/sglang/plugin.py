@@ -58,7 +58,7 @@ def resolve(setting: str) -> Choice:
     """
     from ...spec.errors import ConfigError
     from ...spec.policies.sglang_delayer.profiles import RELEASES
-    from ...spec.registry import all_profiles, resolve_profile
+    from ...spec.registry import all_profiles, policy_of, resolve_profile
 
     PROFILES = all_profiles()
     from .releases import API_OF_RELEASE
@@ -79,6 +79,12 @@ def resolve(setting: str) -> Choice:
     else:
         requested = setting
     profile = resolve_profile(requested)
+    policy = policy_of(profile)
+    if policy.host is None:  # refused here, at start-up, not when the scheduler builds its delayer
+        why = policy.extras.get("no_host", "it is not a PrefillDelayer SGLang's scheduler calls")
+        drivable = ", ".join(p for p in PROFILES if policy_of(p).host is not None)
+        raise ConfigError(f"profile {profile!r} is {policy.title}, which SGLang's PrefillDelayer call sites cannot drive: "
+                          f"{why}; the plugin runs {drivable}")
     if version not in API_OF_RELEASE:
         raise PluginError(
             f"the installed SGLang is {version}, whose PrefillDelayer constructor this package does not know "

@@ -263,10 +263,10 @@ class PrefillDelayerSinglePassExecutor(PassExecutor):
         )
         if local_prefillable:
             if repeat:
-                problems = checks_of(self._prefill_delayer.core.policy).problems(
-                    local_prefillable, self._token_usage, running_batch, max_prefill_bs, max_running_requests,
-                    waiting_queue_len,
-                )
+                policy = self._prefill_delayer.core.policy
+                call = (local_prefillable, self._token_usage, running_batch, max_prefill_bs, max_running_requests,
+                        waiting_queue_len)
+                problems = checks_of(policy).problems(*(call if policy.host.inputs is None else policy.host.inputs(*call)))
                 if problems:
                     raise PassInputError("invalid negotiate input: " + "; ".join(f"{n}: {why}" for n, why in problems))
             self._attempted_prefill_bs = max(

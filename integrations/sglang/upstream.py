@@ -13,19 +13,17 @@ itself, and torch is imported only when a release is loaded.
 from __future__ import annotations
 
 import inspect
-import os
-import subprocess
 import sys
-import tarfile
 import tempfile
 import threading
 import types
-import zipfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ...spec.policies.sglang_delayer.profiles import RELEASES, SEED_RELEASE
+from .. import released
+from ..released import CACHE_ENV, cache_dir
 from . import release_stubs as stubs
 
 __all__ = [
@@ -33,33 +31,15 @@ __all__ = [
     "parallel_context", "release_delayer", "release_source",
 ]
 
-CACHE_ENV = "PREFILL_DELAYER_CACHE"
 MEMBER = "sglang/srt/managers/prefill_delayer.py"  # the file's path inside a wheel; an sdist nests it deeper
-PIP_SOCKET_TIMEOUT_S = 30
 PIP_TIMEOUT_S = 600.0  # the whole download; wheels are tens of MB
 
 
-class ReleaseUnavailable(RuntimeError):
+class ReleaseUnavailable(released.ReleaseUnavailable):
     """A release's ``prefill_delayer.py`` is neither cached nor obtainable from the package registry."""
 
     def __init__(self, version: str, target: Path, detail: str) -> None:
-        super().__init__(
-            f"SGLang {version}: the package registry could not be reached or did not provide the release "
-            f"({detail}). To work offline, pre-fill the cache: on a connected machine run "
-            f"'python -m pip download sglang=={version} --no-deps', take {MEMBER} out of the wheel (a zip) "
-            f"and put it at {target} (the cache is ${CACHE_ENV}, else $XDG_CACHE_HOME/prefill-delayer, "
-            "else ~/.cache/prefill-delayer)."
-        )
-        self.version = version
-        self.target = target
-
-
-def cache_dir() -> Path:
-    """Where fetched releases live: ``$PREFILL_DELAYER_CACHE``, else the XDG cache, else ``~/.cache``."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser() / "prefill-delayer"
+        super().__init__("sglang", version, MEMBER, target, detail, shown="SGLang")
 
 
 def _check_version(version: Any) -> str:
@@ -88,59 +68,15 @@ def release_source(version: str) -> Path:
 
 
 def _fetch(version: str, target: Path) -> None:
+    unavailable = released.Unavailable("SGLang", version, MEMBER, target, cls=ReleaseUnavailable)
     with tempfile.TemporaryDirectory(prefix="prefill-delayer-pip-") as tmp:
-        archive = _download(version, Path(tmp), target)
-        data = _member(archive, version, target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, partial = tempfile.mkstemp(dir=target.parent, prefix=".prefill_delayer.", suffix=".partial")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(partial, 0o644)  # mkstemp's 0600 would hide the cache from other users of a shared one
-        os.replace(partial, target)
-    except BaseException:
-        Path(partial).unlink(missing_ok=True)
-        raise
+        archive = released.download(_pip_command(version, Path(tmp)), Path(tmp), unavailable, PIP_TIMEOUT_S)
+        data = released.member_bytes(archive, MEMBER, unavailable)
+    released.write_atomically(target, data)
 
 
 def _pip_command(version: str, dest: Path) -> list[str]:
-    return [
-        sys.executable, "-m", "pip", "download", f"sglang=={version}", "--no-deps", "--dest", str(dest),
-        "--quiet", "--no-input", "--disable-pip-version-check", "--timeout", str(PIP_SOCKET_TIMEOUT_S),
-    ]
-
-
-def _download(version: str, dest: Path, target: Path) -> Path:
-    """Run pip; return the one archive it left in ``dest``."""
-    try:
-        done = subprocess.run(_pip_command(version, dest), capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        raise ReleaseUnavailable(version, target, f"pip download did not finish within {PIP_TIMEOUT_S:g} s") from None
-    except OSError as err:
-        raise ReleaseUnavailable(version, target, f"pip could not be run: {err}") from err
-    archives = sorted(p for p in dest.iterdir() if p.is_file())
-    if done.returncode != 0 or len(archives) != 1:
-        tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:]) or f"{len(archives)} files downloaded"
-        raise ReleaseUnavailable(version, target, f"pip download exited with {done.returncode}: {tail}")
-    return archives[0]
-
-
-def _member(archive: Path, version: str, target: Path) -> bytes:
-    """The bytes of ``MEMBER`` in a wheel (zip) or an sdist (tar), without extracting anything else."""
-    suffix = "/" + MEMBER
-    if zipfile.is_zipfile(archive):
-        with zipfile.ZipFile(archive) as z:
-            names = [n for n in z.namelist() if n == MEMBER or n.endswith(suffix)]
-            if names:
-                return z.read(min(names, key=len))
-    elif tarfile.is_tarfile(archive):
-        with tarfile.open(archive) as t:
-            members = [m for m in t.getmembers() if m.isfile() and (m.name == MEMBER or m.name.endswith(suffix))]
-            if members:
-                f = t.extractfile(min(members, key=lambda m: len(m.name)))
-                assert f is not None
-                return f.read()
-    raise ReleaseUnavailable(version, target, f"{archive.name} has no {MEMBER}")
+    return released.pip_command("sglang", version, dest)
 
 
 # ----- loading ------------------------------------------------------------------------------

@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
-from ..config import Config, count_in, layout_params
+from .dp_scope import Family, Scope, families
+from ..config import Config, Layout, count_in, layout_params
 from ..fields import BOOL, COUNT, MAX_COUNT, REASON, Field
 from ..glossary import ARG, CONFIG, LOCAL, VIEW, Symbol
 from ..monitors import Agreement, GroupRunBound, RunBound
@@ -374,23 +375,8 @@ def reference_row(o: Any, c: Any, inp: Any, s: Any) -> list:
 # ----- what the proofs range over ------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Family:
-    profile: str
-    enable_dp_attention: bool
-    dp_size: Optional[int] = None
-
-    def label(self) -> str:
-        return f"{self.profile}/{'dp-attn' if self.enable_dp_attention else 'tp-only'}"
-
-
-@dataclass(frozen=True)
-class Scope:
-    dp_size: Optional[int] = None
-
-
 @dataclass
-class SymConfig:
+class SymConfig(Layout):
     profile: str
     enable_dp_attention: bool
     dp_size: Any
@@ -402,18 +388,6 @@ class SymConfig:
     @property
     def features(self) -> frozenset[str]:
         return _PROFILE[self.profile].features
-
-    @property
-    def dp_dim(self) -> Any:
-        return self.dp_size if self.enable_dp_attention else 1
-
-    @property
-    def group_size(self) -> int:
-        return self.attn_cp_size * self.attn_tp_size
-
-
-def families(profile: str, scope: Scope) -> list[Family]:
-    return [Family(profile, dp_attn, scope.dp_size) for dp_attn in (True, False)]
 
 
 def sym_config(o: Any, fam: Family, tag: str = "") -> SymConfig:
@@ -513,13 +487,13 @@ POLICY = Policy(
                       "prefill_decode_interval", "prefill_decode_interval_min_bs", "attn_cp_size")),
     log=LogSchema(
         readings=(("running_batch", "running_batch"), ("extended", "extended")),
-        inputs_from_row=lambda row, r: GateInput(r["running_batch"], r["extended"]),
+        inputs_from_row=lambda o, row, r: GateInput(r["running_batch"], r["extended"]),
     ),
     proof=ProofHooks(
         outputs=("output_reason", "output_allow"),
         families=families,
         scope_ranges=scope_ranges,
-        layout_range="any number of DP groups, any attn_cp x attn_tp ranks per group",
+        layout_range="any number of DP groups, any attn_cp x attn_tp ranks per group, DP attention on and off",
         default_scope=Scope(),
         scope_of=lambda dp_size=None, **_: Scope(dp_size),
         scope_options=(),
@@ -541,7 +515,8 @@ POLICY = Policy(
     ),
     host=None,  # SGLang's delayer call sites do not reach it: it is a scheduler method, before them
     sim=SimBinding(call_site="gate", inputs=_sim_inputs, idle_inputs=_sim_inputs,
-                   outcome=lambda d: ("", d.output_allow, d.output_reason, 0)),
+                   outcome=lambda d: ("", d.output_allow, d.output_reason, 0),
+                   colours={"no_interval": "#2ca02c", "small_batch": "#1f77b4", "decode_interval": "#d62728"}),
     extras={"docs": {
         "engine": "SGLang",
         "releases_intro": "SGLang 0.5.23's `Scheduler._should_defer_prefill` and `_arm_prefill_decode_interval` "

@@ -77,7 +77,7 @@ def _bridge(state: Any) -> Any:
 
 LOG = LogSchema(
     readings=(("token_usage", "token_usage"), ("max_running_requests", "mrr")),
-    inputs_from_row=lambda row, r: PassInput(bool(row[0]), r["token_usage"], row[2], row[3], r["mrr"], row[4]),
+    inputs_from_row=lambda o, row, r: PassInput(o.Not(row[0] == 0), r["token_usage"], row[2], row[3], r["mrr"], row[4]),
     set_flags=("skip_first_armed",),
     reason_order=("delay", "no_wait", "wait_success", "wait_timeout", "token_watermark", ""),
     mixed=lambda v, d: d.input_estimation == "mixed",
@@ -110,4 +110,6 @@ SIM = SimBinding(
     inputs=_sim_inputs,
     idle_inputs=_sim_idle,
     outcome=lambda d: (d.input_estimation, d.output_allow, d.output_reason, d.wait_forward_passes),
+    colours={"no_wait": "#2ca02c", "wait_success": "#1f77b4", "delay": "#d62728", "wait_timeout": "#ff7f0e",
+             "token_watermark": "#9467bd"},
 )

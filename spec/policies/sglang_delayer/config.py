@@ -82,7 +82,7 @@ class DelayerConfig(Config):
     policy_name = POLICY_NAME
 
     def __post_init__(self) -> None:
-        self._validate(PARAMETERS)
+        self._validate(self._parameters())
         if self.attn_cp_size > 1 and ATTN_CP_LAYOUT not in self.features:
             raise ConfigError(
                 f"invalid attn_cp_size={self.attn_cp_size!r}: profile {self.profile!r} predates attention context "
@@ -94,6 +94,11 @@ class DelayerConfig(Config):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, float(value))
+
+    @classmethod
+    def _parameters(cls) -> tuple[Param, ...]:
+        """The parameters this configuration validates (a policy built on this one names its own profiles)."""
+        return PARAMETERS
 
     # Derived views the guards read; structural flags stay Python bools even in proofs.
     @property

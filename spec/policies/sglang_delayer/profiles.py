@@ -143,7 +143,11 @@ def resolve_profile(name: Any) -> str:
 
 
 def features_of(profile: str) -> frozenset[str]:
-    return PROFILE_BY_NAME[resolve_profile(profile)].features
+    """The features of ``profile``: this policy's, or of a policy built on it (SGLang's phase lockstep)."""
+    from ...registry import policy_of
+
+    name = resolve_profile(profile)
+    return policy_of(name).features_of(name)
 
 
 def has(c: Any, feature: str) -> bool:

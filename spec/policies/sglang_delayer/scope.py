@@ -18,6 +18,7 @@ from typing import Any, Iterable, Optional
 
 from ...fields import MAX_COUNT
 from ...ops import AnyValue
+from ...config import Layout
 from .config import MAX_QUEUE_MIN_RATIO
 from .profiles import QUEUE_CAPACITY, features_of
 from .variables import PassInput, Local
@@ -116,7 +117,7 @@ def scope_ranges(fams: Iterable[Family]) -> str:
 
 
 @dataclass
-class SymConfig:
+class SymConfig(Layout):
     """The guards' view of a configuration with the numeric parameters symbolic.
 
     Structural choices (profile, queue trigger on/off and its ratio,
@@ -142,14 +143,6 @@ class SymConfig:
     @property
     def features(self) -> frozenset[str]:
         return features_of(self.profile)
-
-    @property
-    def dp_dim(self) -> Any:
-        return self.dp_size if self.enable_dp_attention else 1
-
-    @property
-    def group_size(self) -> int:
-        return self.attn_cp_size * self.attn_tp_size
 
 
 def sym_config(o: Any, fam: Family, tag: str = "") -> SymConfig:

@@ -76,7 +76,7 @@ class Decision(NamedTuple):
 
 
 DECISION_FIELDS = (
-    Field("input_estimation", TEXT, "all, none or mixed: the gathered status"),
+    Field("input_estimation", TEXT, "all, none or mixed: the gathered status", values=("all", "none", "mixed")),
     Field("output_allow", BOOL, "this pass may prefill", trace="allow"),
     Field("output_reason", REASON, "why", trace="reason"),
     Field("num_prefillable", COUNT, "counted ranks that can prefill"),

@@ -1,0 +1,442 @@
+"""Decision logs read in bounded chunks: where each chunk's lines are, and the lines of one chunk as columns.
+
+check-log never reads a whole log: it reads each file's header, then splits
+each run into chunks of consecutive pass numbers, the same numbers for every
+rank (what the cross-rank checks compare). A pass line's number is found at a
+byte offset by reading the line there, so a chunk's boundaries are found by a
+binary search over each file (its pass lines are in pass order, as the runtime
+writes them; a file that is not is refused, since a search over it would be
+meaningless). Each chunk is then parsed alone, in any process.
+
+Format 2 lines are numbers only: a chunk's pass lines parse as one JSON array
+into one float matrix, validated column by column (``FILE:LINE`` and what is
+wrong on the first bad value). Format 1 lines are parsed one by one, by the
+format-1 reader (``logread.parse_pass``), and turned into columns.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+
+from ..spec.fields import BOOL, CONTROL, COUNT, OPT_SECONDS, REASON, SECONDS, TEXT, USAGE
+from ..spec.schema import KIND_FAIL, KIND_HEADER, KIND_PASS, KIND_SET, MODE_FULL, digest_of_bytes, enums, pass_columns, view_kind
+from .columns import MAX_EXACT, Model, RankCols
+from .logread import FailRec, LogError, RankLog, SetRec, _parse_fail, _parse_set, _show, parse_header, parse_pass
+
+try:  # orjson parses a chunk's lines in one call; the standard library's json is the same format, slower
+    import orjson
+
+    _loads: Any = orjson.loads
+except ImportError:  # pragma: no cover - orjson is part of the check extra
+    _loads = json.loads
+
+_V1_PASS = re.compile(rb'^\{"kind":\s*"pass".*?"pass":\s*(\d+)')
+
+
+@dataclass
+class FileInfo:
+    """One log file: its header, where its body starts, and its first and last pass."""
+
+    path: str
+    header: dict[str, Any]
+    format: int
+    mode: Optional[str]
+    body: int  # offset of the line after the header
+    size: int
+    first: Optional[int]
+    last: Optional[int]
+
+
+def _number(line: bytes, fmt: int) -> Optional[int]:
+    """The pass number of a pass line, or None for any other line."""
+    if fmt == 2:
+        if line[:1] != b"[":
+            return None
+        try:
+            return int(line[1:line.index(b",")])
+        except ValueError:
+            return None
+    m = _V1_PASS.match(line)
+    return int(m.group(1)) if m else None
+
+
+def _next_pass(f: Any, off: int, end: int, fmt: int) -> tuple[Optional[int], Optional[int], int]:
+    """(start, number) of the first pass line that starts at or after ``off`` (and before ``end``), and where the line ends."""
+    if off > 0:
+        f.seek(off - 1)
+        if f.read(1) != b"\n":
+            f.readline()
+    else:
+        f.seek(0)
+    while True:
+        pos = f.tell()
+        if pos >= end:
+            return None, None, pos
+        line = f.readline()
+        if not line:
+            return None, None, pos
+        n = _number(line, fmt)
+        if n is not None and line.endswith(b"\n"):
+            return pos, n, pos + len(line)
+
+
+def offset_of(f: Any, info: FileInfo, target: int) -> int:
+    """The start of the first pass line of ``info`` whose number is >= ``target`` (its end of file when none)."""
+    lo, hi = info.body, info.size
+    while hi - lo > 16384:
+        mid = (lo + hi) // 2
+        pos, n, after = _next_pass(f, mid, hi, info.format)
+        if pos is None or n is None or n >= target:
+            hi = mid if pos is None else pos
+        else:
+            lo = after
+    pos = lo
+    while pos < hi:
+        p, n, after = _next_pass(f, pos, hi, info.format)
+        if p is None or n is None:
+            return hi
+        if n >= target:
+            return p
+        pos = after
+    return hi
+
+
+def scan_file(path: str) -> tuple[Optional[tuple[dict[str, Any], Any, FileInfo]], Optional[str]]:
+    """A file's header, configuration and layout, or a note why it holds nothing; ``LogError`` for a bad header."""
+    try:
+        f = open(path, "rb")
+    except OSError as exc:
+        raise LogError(f"{path}: cannot open it: {exc.strerror or exc}") from None
+    with f:
+        raw = f.readline()
+        if not raw:
+            return None, f"{path}: empty (no header): a crash before the first write? ignored"
+        try:
+            o = json.loads(raw)
+        except ValueError as exc:
+            if not raw.endswith(b"\n"):
+                return None, f"{path}:1: last line cut short ({len(raw)} bytes, not complete JSON): a crash mid-write? ignored"
+            what = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc).split(";")[0]
+            raise LogError(f"{path}:1: not JSON ({what})") from None
+        if not isinstance(o, dict) or o.get("kind") != KIND_HEADER:
+            raise LogError(f"{path}:1: not a decision log: its first line is not a header")
+        try:
+            header, config = parse_header(o)
+            fmt = header["format"]
+            mode = header.get("mode")
+            if fmt == 2:
+                _check_columns(header, config)
+        except ValueError as exc:
+            raise LogError(f"{path}:1: {exc}") from None
+        body = len(raw)
+        f.seek(0, 2)
+        size = f.tell()
+        info = FileInfo(path, header, fmt, mode, body, size, None, None)
+        pos, first, _ = _next_pass(f, body, size, fmt)
+        info.first = first
+        if first is not None:  # the last pass line: search back from the end
+            back = 4096
+            while True:
+                start = max(body, size - back)
+                f.seek(start)
+                lines = f.read(size - start).split(b"\n")
+                found = [n for n in (_number(x + b"\n", fmt) for x in (lines[1:] if start > body else lines)[:-1]) if n is not None]
+                if found or start == body:
+                    info.last = found[-1] if found else first
+                    break
+                back *= 4
+        return (header, config, info), None
+
+
+def _check_columns(header: dict[str, Any], config: Any) -> None:
+    policy = config.policy
+    want = [name for name, _ in pass_columns(policy)]
+    got = header.get("columns")
+    if header.get("mode") not in ("compact", MODE_FULL):
+        raise ValueError(f"field 'mode' expected 'compact' or 'full', got {_show(header.get('mode'))}")
+    if not isinstance(got, list) or got[: len(want)] != want:
+        raise ValueError("its pass lines' columns are not this build's for the policy (field 'columns'); check the log "
+                         "with the build that wrote it")
+    if header.get("enums") != enums(policy):
+        raise ValueError("its control states, reasons or texts are numbered otherwise than in this build (field 'enums')")
+
+
+# ----- one chunk -------------------------------------------------------------------------------
+
+
+@dataclass
+class Segment:
+    """Bytes ``[start, end)`` of file ``fi`` of a rank, whose first line is line ``line`` of the file."""
+
+    fi: int
+    path: str
+    start: int
+    end: int
+    line: int
+    last: bool  # the segment ends the file
+    cut: bool = False  # its last line lacks its newline (set when read)
+    data: bytes = b""  # its bytes, when every line is a complete format-2 pass line (set when read)
+
+
+@dataclass
+class ChunkLines:
+    """What a chunk of one rank holds besides its pass lines."""
+
+    fails: list = field(default_factory=list)
+    sets: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+
+
+def read_segments(segs: list[Segment]) -> list[tuple[Segment, list[bytes]]]:
+    out = []
+    for seg in segs:
+        with open(seg.path, "rb") as f:
+            f.seek(seg.start)
+            data = f.read(seg.end - seg.start)
+        if data.endswith(b"\n") and data[:1] == b"[" and b"{" not in data:  # format 2, pass lines only: parsed whole
+            seg.data = data
+            out.append((seg, []))
+            continue
+        lines = data.split(b"\n")
+        if lines and lines[-1] == b"":
+            lines.pop()
+        else:
+            seg.cut = bool(lines) and seg.last
+        out.append((seg, lines))
+    return out
+
+
+def _kind_of_line(o: Any) -> Optional[str]:
+    return o.get("kind") if isinstance(o, dict) else None
+
+
+def _other_line(raw: bytes, log: RankLog, seg: Segment, lineno: int, extra: ChunkLines) -> None:
+    """A fail or set line (either format), or the error for anything else."""
+    where = f"{seg.path}:{lineno}"
+    try:
+        o = json.loads(raw)
+    except ValueError as exc:
+        what = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc).split(";")[0]
+        raise LogError(f"{where}: not JSON ({what})") from None
+    kind = _kind_of_line(o)
+    try:
+        if kind == KIND_FAIL:
+            extra.fails.append(FailRec(*_parse_fail(o, log), seg.fi, lineno))
+        elif kind == KIND_SET:
+            extra.sets.append(SetRec(*_parse_set(o, log), seg.fi, lineno))
+        elif kind == KIND_HEADER:
+            raise ValueError("a second header in one file")
+        elif kind == KIND_PASS or isinstance(o, list):
+            raise ValueError("a malformed pass line")
+        else:
+            raise ValueError(f"unknown line kind {_show(kind)}; expected header, pass, fail or set")
+    except ValueError as exc:
+        raise LogError(f"{where}: {exc}") from None
+
+
+def _cut_note(seg: Segment, lineno: int, raw: bytes) -> str:
+    return f"{seg.path}:{lineno}: last line cut short ({len(raw)} bytes, not complete JSON): a crash mid-write? ignored"
+
+
+def parse_v1(log: RankLog, model: Model, pieces: list[tuple[Segment, list[bytes]]]) -> tuple[RankCols, ChunkLines]:
+    """Format-1 lines, one by one through the format-1 reader, then as columns."""
+    extra = ChunkLines()
+    recs = []
+    for seg, lines in pieces:
+        for j, raw in enumerate(lines):
+            lineno = seg.line + j
+            is_last = seg.cut and j == len(lines) - 1
+            try:
+                o = json.loads(raw)
+            except ValueError as exc:
+                if is_last:
+                    extra.notes.append(_cut_note(seg, lineno, raw))
+                    break
+                what = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc).split(";")[0]
+                raise LogError(f"{seg.path}:{lineno}: not JSON ({what})") from None
+            if _kind_of_line(o) == KIND_PASS:
+                try:
+                    recs.append(parse_pass(o, log, seg.fi, lineno))
+                except ValueError as exc:
+                    raise LogError(f"{seg.path}:{lineno}: {exc}") from None
+            else:
+                _other_line(raw, log, seg, lineno, extra)
+    return cols_of_records(model, recs, log.group_rank), extra
+
+
+def cols_of_records(model: Model, recs: list, place: Optional[int]) -> RankCols:
+    """Format-1 records as columns (the rows are every rank's, so the view is folded from them)."""
+    from ..runtime.envelope import PASS_MASK, Envelope
+
+    env = Envelope(model.c)
+    k = env.n_policy
+    n = len(recs)
+    rows = np.array([r.rows for r in recs], dtype=np.int64).reshape(n, env.flat_len)
+    state_cols = lambda get: model.state([model.from_values(kind, [getattr(get(r), name) for r in recs], name)  # noqa: E731
+                                          for name, kind in model.state_kinds])
+    before = state_cols(lambda r: r.before)
+    after = state_cols(lambda r: r.decision.next_state)
+    dec = model.decision(after, [model.from_values(kind, [getattr(r.decision, name) for r in recs], name)
+                                 for name, kind in model.decision_kinds])
+    readings = {key: model.from_values(kind, [r.readings[key] for r in recs]) for key, kind in model.reading_kinds}
+    return RankCols(
+        number=np.array([r.number for r in recs], dtype=np.int64), now=np.array([r.now for r in recs], dtype=np.float64),
+        readings=readings, own=(rows[:, place * env.row_len:place * env.row_len + k].T.copy() if place is not None
+                                else np.zeros((k, n), dtype=np.int64)), view=None, before=before, decision=dec,
+        digest=np.array([digest_of_bytes(row.astype("<i8").tobytes()) for row in rows], dtype=np.int64), rows=rows,
+        fi=np.array([r.fi for r in recs], dtype=np.int64), line=np.array([r.line for r in recs], dtype=np.int64), recs=recs,
+        stamp=rows[:, (place or 0) * env.row_len + env.f_stamp] & PASS_MASK,  # equal on every row of a pass that was decided
+    )
+
+
+_WANT = {BOOL: "0 or 1", COUNT: "an integer >= 0", SECONDS: "a number", USAGE: "a number >= 0",
+         OPT_SECONDS: "a number (-0.0: unset)"}
+
+
+def parse_v2(log: RankLog, model: Model, pieces: list[tuple[Segment, list[bytes]]]) -> tuple[RankCols, ChunkLines]:
+    """Format-2 lines: every pass line of the chunk parsed in one call into one matrix, then checked and split into columns."""
+    extra = ChunkLines()
+    full = log.header.get("mode") == MODE_FULL
+    columns = model.columns
+    width = len(columns) + (log.flat_len if full else 0)
+    texts, lines_of, fis = [], [], []
+    blobs, line_parts, fi_parts = [], [], []
+    for seg, lines in pieces:
+        if seg.data:
+            count = seg.data.count(b"\n")
+            blobs.append(seg.data[:-1].replace(b"\n", b","))
+            line_parts.append(np.arange(seg.line, seg.line + count, dtype=np.int64))
+            fi_parts.append(np.full(count, seg.fi, dtype=np.int64))
+            continue
+        if texts:
+            blobs.append(b",".join(texts))
+            line_parts.append(np.array(lines_of, dtype=np.int64))
+            fi_parts.append(np.array(fis, dtype=np.int64))
+            texts, lines_of, fis = [], [], []
+        cut = seg.cut
+        for j, raw in enumerate(lines):
+            lineno = seg.line + j
+            if raw[:1] == b"[":
+                if cut and j == len(lines) - 1:
+                    try:
+                        _loads(raw)
+                    except ValueError:
+                        extra.notes.append(_cut_note(seg, lineno, raw))
+                        break
+                texts.append(raw)
+                lines_of.append(lineno)
+                fis.append(seg.fi)
+            elif cut and j == len(lines) - 1:
+                try:
+                    json.loads(raw)
+                except ValueError:
+                    extra.notes.append(_cut_note(seg, lineno, raw))
+                    break
+                _other_line(raw, log, seg, lineno, extra)
+            else:
+                _other_line(raw, log, seg, lineno, extra)
+    if texts:
+        blobs.append(b",".join(texts))
+        line_parts.append(np.array(lines_of, dtype=np.int64))
+        fi_parts.append(np.array(fis, dtype=np.int64))
+    line = np.concatenate(line_parts) if line_parts else np.zeros(0, np.int64)
+    fi = np.concatenate(fi_parts) if fi_parts else np.zeros(0, np.int64)
+    n = len(line)
+    ncols = len(columns)
+    rows = None
+    try:
+        values = _loads(b"[" + b",".join(b for b in blobs if b) + b"]")
+        if full:  # the rows hold fingerprints beyond a float's 53 bits: integers of their own
+            rows = np.array([v[ncols:] for v in values], dtype=np.int64).reshape(n, width - ncols)
+            values = [v[:ncols] for v in values]
+        m = np.array(values, dtype=np.float64).reshape(n, ncols)
+    except (ValueError, TypeError, OverflowError):
+        every = [x for b in blobs if b for x in _split_lines(b)]
+        _first_bad_line(every, line, fi, log, width)
+        raise
+    _validate(m, model, log, line, fi)
+    return _cols_of_matrix(m, model, line, fi, rows), extra
+
+
+def _split_lines(blob: bytes) -> list[bytes]:
+    """A chunk's joined pass lines back as lines (only to say which one is bad)."""
+    return blob.replace(b"],[", b"]\n[").split(b"\n")
+
+
+def _where(log: RankLog, fi: np.ndarray, line: np.ndarray, i: int) -> str:
+    return f"{log.files[int(fi[i])]}:{int(line[i])}"
+
+
+def _first_bad_line(texts: list[bytes], line: np.ndarray, fi: np.ndarray, log: RankLog, width: int) -> None:
+    for i, raw in enumerate(texts):
+        try:
+            o = _loads(raw)
+        except ValueError as exc:
+            raise LogError(f"{_where(log, fi, line, i)}: not JSON ({str(exc).split(':')[0]})") from None
+        if not isinstance(o, list) or len(o) != width:
+            got = f"{len(o)} values" if isinstance(o, list) else "not an array"
+            raise LogError(f"{_where(log, fi, line, i)}: a pass line of {width} values (the header's columns) expected, got {got}")
+        bad = next((j for j, v in enumerate(o) if type(v) not in (int, float) or isinstance(v, bool)), None)
+        if bad is not None:
+            name = log.header["columns"][bad] if bad < len(log.header["columns"]) else f"value {bad}"
+            raise LogError(f"{_where(log, fi, line, i)}: field '{name}' expected a number, got {_show(o[bad])}")
+    raise LogError(f"{log.files[0]}: a pass line this build cannot read")
+
+
+def _validate(m: np.ndarray, model: Model, log: RankLog, line: np.ndarray, fi: np.ndarray) -> None:
+    """Every value of its kind, every line of its rank's file; the first bad one is an error with ``FILE:LINE``."""
+    cols = log.header["columns"]
+    sizes = {CONTROL: len(model.policy.states), REASON: len(model.policy.reasons)}
+    for j, (name, kind) in enumerate(model.columns):
+        x = m[:, j]
+        if kind in (CONTROL, REASON) or (kind == TEXT and name.split(".", 1)[-1] in model.texts):
+            size = sizes.get(kind) or len(model.texts[name.split(".", 1)[-1]])
+            ok = (x >= 0) & (x < size) & (x == np.floor(x))
+            want = f"an index in [0, {size}) (the header's enums)"
+        elif kind == BOOL:
+            ok = (x == 0) | (x == 1)
+            want = _WANT[kind]
+        elif kind == COUNT:
+            ok = (x >= (1 if name == "pass" else 0)) & (x == np.floor(x)) & (x < MAX_EXACT)
+            want = "an integer >= 1" if name == "pass" else _WANT[kind]
+        elif kind == USAGE:
+            ok = np.isfinite(x) & (x >= 0)
+            want = _WANT[kind]
+        elif kind in (SECONDS, OPT_SECONDS):
+            ok = np.isfinite(x)
+            want = _WANT[kind]
+        else:  # a free text in a numbers-only line
+            raise LogError(f"{log.files[0]}: column {name} is text; this build reads only numbers in format 2")
+        if not ok.all():
+            i = int(np.argmin(ok))
+            raise LogError(f"{_where(log, fi, line, i)}: field '{cols[j]}' expected {want}, got {_show(float(x[i]))}")
+
+
+def _cols_of_matrix(m: np.ndarray, model: Model, line: np.ndarray, fi: np.ndarray, rows: Optional[np.ndarray]) -> RankCols:
+    by_name = {name: j for j, (name, _) in enumerate(model.columns)}
+    p = model.policy
+
+    def col(name: str, kind: str, field_name: str = "") -> np.ndarray:
+        return model.typed(kind, m[:, by_name[name]], field_name)
+
+    readings = {key: col(key, kind) for key, kind in model.reading_kinds}
+    own = m[:, [by_name[f"row.{f.name}"] for f in p.row]].T.astype(np.int64)
+    view = tuple(col(f"view.{a.name}", view_kind(a)) for a in p.view)
+    before = model.state([col(f"before.{nm}", k) for nm, k in model.state_kinds])
+    after = model.state([col(f"after.{nm}", k) for nm, k in model.state_kinds])
+    dec = model.decision(after, [col(f"decision.{nm}", k, nm) for nm, k in model.decision_kinds])
+    return RankCols(
+        number=m[:, 0].astype(np.int64), now=m[:, by_name["now"]], readings=readings, own=own, view=p.view_cls(*view),
+        before=before, decision=dec, digest=m[:, by_name["digest"]].astype(np.int64), rows=rows, fi=fi, line=line,
+        stamp=m[:, by_name["pass_stamp"]].astype(np.int64),
+    )
+
+
+def finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)

@@ -1,0 +1,260 @@
+"""Logs spread over nodes: each node's digest of its own logs, and the merge that checks across nodes without the logs.
+
+A rank's log lives on its node, so everything about one rank is checked there
+(``check-log PATH... --digest FILE``): conformance, its own row, the pass rules,
+the run bounds and reports, the summary's counts. What needs every rank of a
+gather is left to the merge: agreement (decisions and gathered-rows digests
+compared pass by pass), the group run bounds, and for compact logs the rows
+rebuilt from every rank's own row (their digest and their fold against what
+each rank logged). A node's digest keeps, per chunk and rank, exactly what that
+comparison reads (``stream.CrossCols``: a few numbers per pass record, deflated)
+beside the node's per-rank findings and counts, as a zip of ``.npy`` arrays and
+one ``meta.json``, written chunk by chunk and renamed into place when whole.
+
+``check-log --merge DIGEST...`` groups the digests' runs (same configuration,
+spec, gather and run order), checks that no rank comes twice, and runs the same
+cross-rank checks and stitching as a single check-log does; so a merge of the
+digests of logs split over nodes reports what one check-log over all the logs
+reports. ``node_digest(paths, out)`` is the per-node step as a plain function,
+for any engine that maps a function over nodes (Ray, Dask).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import zipfile
+from collections import Counter
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from ..spec.config import Config
+from ..spec.schema import MODE_COMPACT
+from .checks import Finding, LogStats, Report, Session
+from .logread import LogError, RankLog
+from .stream import CHUNK_RECORDS, ChunkOut, CrossCols, Stitcher, _model, cross_check
+
+DIGEST_FORMAT = 1
+TOOL = "prefill-delayer check-log digest"
+
+
+def _stats_dict(st: LogStats) -> dict[str, Any]:
+    return {"passes": st.passes, "first": st.first, "last": st.last, "gaps": [list(g) for g in st.gaps], "failed": dict(st.failed),
+            "sets": st.sets, "reasons": dict(st.reasons), "delay_runs": {str(k): v for k, v in st.delay_runs.items()},
+            "cut_runs": st.cut_runs, "open_run": st.open_run, "mixed": st.mixed, "mixed_waits_ended": dict(st.mixed_waits_ended)}
+
+
+def _stats_of(d: dict[str, Any], waits: np.ndarray) -> LogStats:
+    return LogStats(d["passes"], d["first"], d["last"], [tuple(g) for g in d["gaps"]], Counter(d["failed"]), d["sets"],
+                    Counter(d["reasons"]), Counter({int(k): v for k, v in d["delay_runs"].items()}), d["cut_runs"], d["open_run"],
+                    [waits], d["mixed"], Counter(d["mixed_waits_ended"]))
+
+
+def _finding_dict(f: Finding) -> dict[str, Any]:
+    return {"category": f.category, "property": f.property, "pass": f.pass_number, "ranks": f.ranks, "message": f.message,
+            "where": f.where, "first_pass": f.first_pass, "known_defect": f.known_defect}
+
+
+class DigestWriter:
+    """A node's digest, written as check-log goes (``keep`` of ``stream.check_stream``) and closed with its report."""
+
+    def __init__(self, path: str) -> None:
+        self.path = Path(path)
+        self.tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        self.zip = zipfile.ZipFile(self.tmp, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1)
+        self.chunks: dict[int, list[dict[str, Any]]] = {}
+
+    def _array(self, name: str, a: np.ndarray) -> None:
+        buf = io.BytesIO()
+        np.lib.format.write_array(buf, np.ascontiguousarray(a), allow_pickle=False)
+        self.zip.writestr(name, buf.getvalue())
+
+    def add(self, s: Session, out: ChunkOut) -> None:
+        assert out.cross_cols is not None
+        j = len(self.chunks.setdefault(s.index, []))
+        for r, cc in enumerate(out.cross_cols):
+            buf = io.BytesIO()
+            np.savez_compressed(buf, **cc.arrays(""))
+            self.zip.writestr(zipfile.ZipInfo(f"s{s.index}/c{j}/r{r}.npz"), buf.getvalue(), compress_type=zipfile.ZIP_STORED)
+        self.chunks[s.index].append({"lo": out.task.lo, "hi": out.task.hi})
+
+    def close(self, report: Report, data: dict[str, Any]) -> None:
+        try:
+            sessions = []
+            for s in report.sessions:
+                ranks = []
+                for r, log in enumerate(s.logs):
+                    st = report.stats[(s.index, log.rank)]
+                    waits = [np.asarray(w, dtype=np.float64).reshape(-1) for w in st.waits]
+                    self._array(f"s{s.index}/waits/r{r}", np.concatenate(waits) if waits else np.zeros(0))
+                    ranks.append({"header": log.header, "files": log.files, "notes": log.notes, "stats": _stats_dict(st),
+                                  "fails": [[f.number, f.error] for f in log.fails]})
+                findings = [f for f in report.findings if f.session == s.index and getattr(f, "scope", "rank") == "rank"]
+                counts = Counter()
+                for f in findings:
+                    counts[f"{f.category}/{f.property}"] += 0
+                sessions.append({"ranks": ranks, "chunks": self.chunks.get(s.index, []),
+                                 "findings": [_finding_dict(f) for f in findings]})
+            rank_counts = {f"{c}/{p}": n - report.cross_counts.get((c, p), 0) for (c, p), n in report.counts.items()}
+            meta = {"tool": TOOL, "format": DIGEST_FORMAT, "spec_hash": data["spec_hash"], "sessions": sessions,
+                    "counts": {k: v for k, v in rank_counts.items() if v}, "notes": data["notes"],
+                    "checked": report.checked["conformance"], "refired": report.refired}
+            self.zip.writestr("meta.json", json.dumps(meta))
+            self.zip.close()
+            os.replace(self.tmp, self.path)
+        except BaseException:
+            self.zip.close()
+            self.tmp.unlink(missing_ok=True)
+            raise
+
+
+def node_digest(paths: list[str], out: str, **options: Any) -> dict[str, Any]:
+    """The per-node step of a fleet check: check-log over this node's logs, writing its digest to ``out``.
+
+    A plain function (paths in, a file and the node's JSON report out), so any
+    engine that maps functions over nodes can run it: ``ray.get([ray.remote(node_digest).options(...)...])``
+    or ``dask.distributed.Client.map``; then ``check-log --merge`` the digests.
+    """
+    from . import check_logs
+
+    _, data, _ = check_logs(paths, digest=out, **options)
+    return data
+
+
+# ----- the merge ----------------------------------------------------------------------------
+
+
+class _Digest:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        try:
+            self.zip = zipfile.ZipFile(path)
+            self.meta = json.loads(self.zip.read("meta.json"))
+        except (OSError, zipfile.BadZipFile, KeyError, ValueError) as exc:
+            raise LogError(f"{path}: not a check-log digest ({exc})") from None
+        if self.meta.get("tool") != TOOL or self.meta.get("format") != DIGEST_FORMAT:
+            raise LogError(f"{path}: not a check-log digest of format {DIGEST_FORMAT} (written by check-log --digest)")
+        self.names = set(self.zip.namelist())
+
+    def array(self, name: str) -> np.ndarray:
+        return np.lib.format.read_array(io.BytesIO(self.zip.read(name)), allow_pickle=False)
+
+
+def _key(rank: dict[str, Any]) -> tuple:
+    h = rank["header"]
+    return (h["fingerprint"], h["spec_hash"], tuple(h["group_ranks"] or ()))
+
+
+def merge_digests(paths: list[str], jobs: Optional[int] = None) -> tuple[Report, dict[str, Any]]:
+    """(report, JSON data) of the digests of several nodes, as one check-log over all their logs would give."""
+    from .summary import summary_data
+
+    digests = [_Digest(p) for p in paths]
+    specs = {d.meta["spec_hash"] for d in digests}
+    if len(specs) > 1:
+        raise LogError(f"the digests were written by builds of different specs ({', '.join(sorted(specs))}): merge digests of one build")
+    # the runs of every digest, grouped: same configuration, spec and gather; then by start, as check-log orders runs
+    groups: dict[tuple, list[list[tuple[_Digest, int, int]]]] = {}
+    for d in digests:
+        by_key: dict[tuple, list[int]] = {}
+        for i, s in enumerate(d.meta["sessions"]):
+            by_key.setdefault(_key(s["ranks"][0]), []).append(i)
+        for key, idxs in by_key.items():
+            runs = groups.setdefault(key, [])
+            idxs.sort(key=lambda i: min(r["header"]["started"] for r in d.meta["sessions"][i]["ranks"]))
+            for n, i in enumerate(idxs):
+                while len(runs) <= n:
+                    runs.append([])
+                runs[n] += [(d, i, r) for r in range(len(d.meta["sessions"][i]["ranks"]))]
+    sessions: list[Session] = []
+    members: list[list[tuple[_Digest, int, int]]] = []
+    for runs in groups.values():
+        for run in runs:
+            seen: dict[int, str] = {}
+            for d, i, r in run:
+                rank = d.meta["sessions"][i]["ranks"][r]["header"]["rank"]
+                if rank in seen:
+                    raise LogError(f"rank {rank} is in two digests ({seen[rank]} and {d.path}): give each node's digest once")
+                seen[rank] = d.path
+            run.sort(key=lambda m: (m[0].meta["sessions"][m[1]]["ranks"][m[2]]["header"]["group_rank"] or 0,
+                                    m[0].meta["sessions"][m[1]]["ranks"][m[2]]["header"]["rank"]))
+            logs = []
+            for d, i, r in run:
+                info = d.meta["sessions"][i]["ranks"][r]
+                log = RankLog(info["header"], Config(**info["header"]["config"]))
+                log.files, log.notes = list(info["files"]), list(info["notes"])
+                logs.append(log)
+            sessions.append(Session(len(sessions), logs[0].config, logs[0].spec_hash, logs))
+            members.append(run)
+    report = Report(sessions)
+    report.notes += [n for d in digests for n in d.meta["notes"]]
+    for s, run in zip(sessions, members):
+        model, _, step = _model(s.config)
+        stitch = Stitcher(report, s, model, step)
+        for (d, i, r), log in zip(run, s.logs):
+            info = d.meta["sessions"][i]["ranks"][r]
+            report.stats[(s.index, log.rank)] = _stats_of(info["stats"], d.array(f"s{i}/waits/r{r}"))
+        for d, i in {(d, i) for d, i, _ in run}:
+            for f in d.meta["sessions"][i]["findings"]:
+                report.findings.append(Finding(f["category"], f["property"], s.index, f["pass"], f["ranks"], f["message"],
+                                               f["where"], f["first_pass"], f["known_defect"]))
+        compact = all(log.header.get("format") == 2 and log.header.get("mode") == MODE_COMPACT for log in s.logs)
+        for lo, hi in _ranges(run):
+            cols = [_load(d, i, r, lo, hi) for d, i, r in run]
+            stitch._cross(cross_check(s, model, cols, compact))
+        stitch.session_checks(merged=True)
+        report.checked["conformance"] += sum(report.stats[(s.index, log.rank)].passes for log in s.logs)
+    for d in digests:
+        for key, n in d.meta["counts"].items():
+            c, p = key.split("/", 1)
+            report.counts[(c, p)] += n
+    report.findings.sort(key=lambda f: (f.session, f.pass_number, f.category, f.property))
+    data = summary_data(report, [])
+    return report, data
+
+
+def _ranges(run: list[tuple[_Digest, int, int]]) -> list[tuple[int, int]]:
+    chunks = [c for d, i in {(d, i) for d, i, _ in run} for c in d.meta["sessions"][i]["chunks"]]
+    if not chunks:
+        return []
+    lo, hi = min(c["lo"] for c in chunks), max(c["hi"] for c in chunks)
+    step = max(64, CHUNK_RECORDS // max(1, len(run)))
+    return [(a, min(a + step, hi)) for a in range(lo, hi, step)]
+
+
+def _load(d: _Digest, i: int, r: int, lo: int, hi: int) -> CrossCols:
+    """Rank ``r`` of session ``i`` of digest ``d``: its columns for passes [lo, hi)."""
+    parts = []
+    for j, c in enumerate(d.meta["sessions"][i]["chunks"]):
+        if c["hi"] <= lo or c["lo"] >= hi:
+            continue
+        parts.append(_chunk(d, i, j, r))
+        parts[-1] = parts[-1].take((parts[-1].number >= lo) & (parts[-1].number < hi))
+    if not parts:
+        empty = _chunk(d, i, 0, r)
+        return empty.take(np.zeros(len(empty.number), dtype=bool))
+    return _concat(parts)
+
+
+def _chunk(d: _Digest, i: int, j: int, r: int) -> CrossCols:
+    npz = np.load(io.BytesIO(d.zip.read(f"s{i}/c{j}/r{r}.npz")), allow_pickle=False)
+    return CrossCols.from_arrays(npz.__getitem__, list(npz.files), "")
+
+
+def _concat(parts: list[CrossCols]) -> CrossCols:
+    if len(parts) == 1:
+        return parts[0]
+
+    def cat(get: Any) -> np.ndarray:
+        return np.concatenate([get(p) for p in parts])
+
+    def dcat(name: str) -> dict:
+        return {k: np.concatenate([getattr(p, name)[k] for p in parts]) for k in getattr(parts[0], name)}
+
+    view = None if parts[0].view is None else tuple(np.concatenate([p.view[i] for p in parts]) for i in range(len(parts[0].view)))
+    return CrossCols(cat(lambda p: p.number), cat(lambda p: p.digest), dcat("keys"), dcat("nexts"), dcat("befores"),
+                     dcat("readings"), cat(lambda p: p.reason), cat(lambda p: p.mixed), dcat("groups"),
+                     np.concatenate([p.own for p in parts], axis=1), view, cat(lambda p: p.fi), cat(lambda p: p.line))

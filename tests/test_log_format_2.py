@@ -1,0 +1,186 @@
+"""Format 2 and the streaming check-log: lines whose size does not grow with the world, the rows rebuilt and their
+digest checked, a missing rank, the full-rows mode, the gate policy, the column path against the machine under a
+mutated guard and a mutated table, and the merge of two nodes' digests."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from prefill_delayer.conformance import check_logs
+from prefill_delayer.spec.schema import rows_digest
+
+from check_log_scenarios import _gate
+from decision_log_harness import check_log, write_inprocess_logs
+
+
+def _json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())
+
+
+def _edit_pass(path: Path, number: int, change: Any) -> None:
+    """Rewrite pass ``number``'s format-2 line: ``change(values, columns)`` edits the array in place."""
+    lines = path.read_text().splitlines()
+    columns = json.loads(lines[0])["columns"]
+    for i, line in enumerate(lines[1:], 1):
+        values = json.loads(line)
+        if isinstance(values, list) and values[0] == number:
+            change(values, columns)
+            lines[i] = json.dumps(values, separators=(",", ":"))
+            path.write_text("\n".join(lines) + "\n")
+            return
+    raise AssertionError(f"no pass {number} in {path}")
+
+
+def test_a_line_does_not_grow_with_the_world(tmp_path: Path) -> None:
+    sizes = {}
+    for world in (2, 4, 8):
+        folder = tmp_path / f"w{world}"
+        write_inprocess_logs(folder, world=world, passes=40)
+        lines = (folder / "rank0.jsonl").read_text().splitlines()[1:]
+        sizes[world] = sum(map(len, lines)) / len(lines)
+        assert all(isinstance(json.loads(x), list) for x in lines)
+    assert max(sizes.values()) - min(sizes.values()) < 8, sizes  # the view's numbers may take a digit more
+    assert sizes[8] < 200
+
+
+def test_the_digest_is_the_gathered_rows(tmp_path: Path) -> None:
+    write_inprocess_logs(tmp_path, world=2, passes=5, log_options={"rows": "full"})
+    header, *lines = (json.loads(x) for x in (tmp_path / "rank1.jsonl").read_text().splitlines())
+    cols = header["columns"]
+    for values in lines:
+        rows = values[cols.index("digest") + 1:]
+        assert values[cols.index("digest")] == rows_digest(rows) and len(rows) == 2 * 10  # 7 policy fields, the error, the fingerprint, the pass stamp
+
+
+def test_an_edited_own_row_breaks_the_digest_and_the_view_of_the_rebuilt_rows(tmp_path: Path) -> None:
+    write_inprocess_logs(tmp_path, world=4, passes=30)
+
+    def change(values: list, columns: list) -> None:
+        values[columns.index("row.waiting_queue_len")] += 7
+
+    _edit_pass(tmp_path / "rank2.jsonl", 12, change)
+    report, data, _ = check_logs([str(tmp_path)])
+    got = {(f.property, f.pass_number) for f in report.findings}
+    assert got == {("digest", 12), ("view", 12)}, got  # the rows rebuilt are not the rows the ranks saw, nor their fold
+
+
+def test_with_one_rank_missing_the_digests_still_compare_the_rows(tmp_path: Path) -> None:
+    write_inprocess_logs(tmp_path, world=4, passes=30)
+    (tmp_path / "rank3.jsonl").unlink()
+    rc, out, err = check_log(str(tmp_path), "--json", str(tmp_path / "r.json"))
+    assert rc == 1, out + err  # the desync check says a rank of the gather logged nothing; nothing else is found
+    report = _json(tmp_path / "r.json")
+    assert report["checked"] == {"conformance": 90, "agreement": 30}
+    assert [(f["property"], f["pass"], f["ranks"]) for f in report["findings"]] == [("every-rank-logged", 1, [0, 1, 2])]
+
+    def change(values: list, columns: list) -> None:
+        values[columns.index("digest")] ^= 1
+
+    _edit_pass(tmp_path / "rank1.jsonl", 9, change)
+    report, _, _ = check_logs([str(tmp_path)])
+    assert [(f.property, f.pass_number, f.ranks) for f in report.findings] == [("every-rank-logged", 1, [0, 1, 2]),
+                                                                              ("rows-differ", 9, [0, 1])]
+
+
+def test_a_bad_value_is_file_and_line(tmp_path: Path) -> None:
+    write_inprocess_logs(tmp_path, world=2, passes=10)
+    _edit_pass(tmp_path / "rank0.jsonl", 4, lambda v, c: v.__setitem__(c.index("before.control"), 9))
+    rc, out, err = check_log(str(tmp_path))
+    assert rc == 2 and f"{tmp_path / 'rank0.jsonl'}:5: field 'before.control' expected an index in [0, 3)" in err, err
+
+
+def test_the_gate_policy_logs_and_checks_in_format_2(tmp_path: Path) -> None:
+    _gate(tmp_path / "h", "pdi-hardened")
+    report, data, _ = check_logs([str(tmp_path / "h")])
+    assert data["result"] == "clean" and data["checked"] == {"conformance": 24, "agreement": 12}
+    assert json.loads((tmp_path / "h" / "rank0.jsonl").read_text().splitlines()[0])["format"] == 2
+    _gate(tmp_path / "r", "pdi-0.5.23")
+    report, data, _ = check_logs([str(tmp_path / "r")])
+    assert {"agreement", "bounded-delay", "joint-progress"} <= {f.property for f in report.findings}
+    assert all(f.known_defect for f in report.findings)
+
+
+# ----- the column path catches what the machine catches ----------------------------------------
+
+
+def _flagged(folder: Path, exact: bool) -> tuple[set, set]:
+    report, _, _ = check_logs([str(folder)], exact=exact, sample=0.0)
+    return {(f.property, f.pass_number, tuple(f.ranks)) for f in report.findings}, {f.property for f in report.findings}
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("clean")
+    write_inprocess_logs(folder, world=4, passes=80, profile="hardened")
+    return folder
+
+
+def test_a_mutated_guard_is_flagged_by_both_paths(clean: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from delayer_spec import POLICY, guards
+
+    assert _flagged(clean, False)[0] == set() == _flagged(clean, True)[0]
+    monkeypatch.setattr(guards, "below_cap", lambda o, c, v, s: s.delayed_count < c.max_delay_passes)
+    monkeypatch.setattr(POLICY, "build_table", POLICY.build_table)  # the table resolves guards by name: rebuilt per check
+    machine, props = _flagged(clean, True)
+    column, _ = _flagged(clean, False)
+    assert machine and "decision" in props and "paths-differ" not in props
+    assert column == machine  # every pass the machine flags, the column path flags (and sends to the machine)
+
+
+def test_a_mutated_table_is_flagged_by_both_paths(clean: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    from delayer_spec import POLICY
+
+    build = POLICY.build_table
+
+    def swapped(profile: str) -> Any:
+        table = build(profile)
+        rows = [dataclasses.replace(t, reason="wait_success") if t.name == "idle_all_allow" else t for t in table]
+        return type(table)(table.profile, table.states, tuple(rows))
+
+    monkeypatch.setattr(POLICY, "build_table", swapped)
+    machine, props = _flagged(clean, True)
+    column, _ = _flagged(clean, False)
+    assert machine and "decision" in props and "paths-differ" not in props
+    assert column == machine
+
+
+# ----- logs over two nodes ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", ["hardened", "seed-skew"])
+def test_the_merge_of_two_nodes_digests_finds_what_one_check_finds(tmp_path: Path, scenario: str) -> None:
+    logs = tmp_path / "logs"
+    if scenario == "hardened":
+        write_inprocess_logs(logs, world=4, passes=60)
+    else:
+        write_inprocess_logs(logs, world=4, passes=8, profile="seed", max_delay_passes=100, rates=[1.0, 1.0, 1.3, 1.3], skip=False,
+                             inputs=lambda rank, k: (True, 0.9, 100, 80, 1024, 10),
+                             server_args={"enable_dp_attention": True, "prefill_delayer_queue_min_ratio": 0.5,
+                                          "prefill_delayer_max_delay_ms": 15.0})
+    whole_rc, _, _ = check_log(str(logs), "--json", str(tmp_path / "all.json"))
+    nodes = [tmp_path / "node-a", tmp_path / "node-b"]  # ranks 0, 1 on one node, 2, 3 on the other
+    for node in nodes:
+        node.mkdir()
+    for rank in range(4):
+        shutil.copy(logs / f"rank{rank}.jsonl", nodes[rank // 2] / f"rank{rank}.jsonl")
+    for node in nodes:
+        rc, out, err = check_log(str(node), "--digest", str(node.with_suffix(".digest")))
+        assert rc in (0, 1), err
+    rc, out, err = check_log("--merge", *(str(n.with_suffix(".digest")) for n in nodes), "--json", str(tmp_path / "m.json"))
+    whole, merged = _json(tmp_path / "all.json"), _json(tmp_path / "m.json")
+    assert rc == whole_rc, out + err
+    key = lambda f: (f["category"], f["property"], f["pass"], f["ranks"], f["message"])  # noqa: E731
+    assert sorted(map(key, merged["findings"])) == sorted(map(key, whole["findings"]))
+    for part in ("checked", "findings_counts", "decisions_by_reason", "delay_run_lengths", "wait_seconds", "result"):
+        assert merged[part] == whole[part], part
+    if scenario == "seed-skew":
+        assert any(f["property"] == "agreement-equal-args" for f in merged["findings"])  # found across the two nodes
+    rc, _, err = check_log("--merge", str(nodes[0].with_suffix(".digest")), str(nodes[0].with_suffix(".digest")))
+    assert rc == 2 and "in two digests" in err

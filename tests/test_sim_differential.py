@@ -1,0 +1,67 @@
+"""The simulator's model against SGLang 0.5.23's own scheduler code (``--scheduler sglang``), pass by pass.
+
+Each workload of ``sim.differential.WORKLOADS`` runs on both backends: every pass
+must record the same thing on every rank (which ranks negotiated, with which
+inputs, the verdicts, what each admitted and prefilled, what finished), and the
+summary metrics (input tok/s, TTFT p50/p99, mixed share) must agree within 2%.
+SGLang's scheduler imports only in the environment ``.ci/sglang-scheduler``
+builds, which runs this file with ``PREFILL_DELAYER_REQUIRE_SGLANG_SCHEDULER=1``
+(then it fails instead of skipping); elsewhere it skips and says why.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from prefill_delayer.sim.differential import SUMMARY, TOLERANCE, WORKLOADS, compare
+
+REQUIRE = "PREFILL_DELAYER_REQUIRE_SGLANG_SCHEDULER"
+
+
+def _scheduler_problem() -> str | None:
+    from prefill_delayer.integrations.sglang.cpu_scheduler import SchedulerUnavailable, import_scheduler
+
+    try:
+        import_scheduler()
+    except SchedulerUnavailable as err:
+        return str(err)
+    return None
+
+
+@pytest.fixture(scope="module")
+def scheduler_here() -> None:
+    problem = _scheduler_problem()
+    if problem is not None:
+        message = f"SGLang 0.5.23's scheduler does not import here ({problem}); `bash .ci/sglang-scheduler` runs this test"
+        if os.environ.get(REQUIRE) == "1":
+            pytest.fail(f"{REQUIRE}=1 but {message}")
+        pytest.skip(message)
+
+
+pytestmark = pytest.mark.sglang
+
+
+@pytest.mark.parametrize("name", list(WORKLOADS))
+def test_the_model_makes_the_passes_sglangs_scheduler_makes(scheduler_here: None, name: str) -> None:
+    c = compare(name)
+    assert c.model.passes == c.sglang.passes == WORKLOADS[name].config.passes
+    if c.first_difference is not None:
+        k = c.first_difference
+        shown = "\n".join(f"  rank {i}:\n    model  {x}\n    sglang {y}" for i, x, y in c.differing(k))
+        pytest.fail(f"{name}: pass {k} (t={c.model.t0[k]:.3f} s) differs:\n{shown}")
+    for metric in SUMMARY:
+        gap = c.relative(metric)
+        assert gap is not None and abs(gap) <= TOLERANCE, f"{name}: {metric} is {gap:+.2%} off"
+    # The runs exercised the delayer and finished requests on both sides: not an empty comparison.
+    assert c.model.summary().completed > 0 and len(c.model.trace) == c.model.passes
+    if WORKLOADS[name].profile != "off":
+        assert any(t.negotiated is not None for row in c.model.trace for t in row)
+
+
+def test_the_case_with_health_checks_dropped_some_on_both_backends(scheduler_here: None) -> None:
+    c = compare("health-total-requests")
+    dropped = [sum(1 for *_, taken in r.health_checks if not taken) for r in (c.model, c.sglang)]
+    assert dropped[0] == dropped[1] > 0
+    assert [h[:2] for h in c.model.health_checks] == [h[:2] for h in c.sglang.health_checks]
