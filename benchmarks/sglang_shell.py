@@ -29,12 +29,14 @@ import warnings
 from datetime import timedelta
 from typing import Any, Callable, Optional
 
+from . import verdict
 from .runtime import spawn_ranks
 
 ROW = 9
 SCHEDULE = {"prefill_delayer_queue_min_ratio": 0.5, "prefill_delayer_max_delay_ms": None}
 MAX_DELAY_PASSES = 30
 WATERMARK = 0.5
+RATIO_TARGET = 0.5  # ours extra per pass <= half of SGLang's own class's, on CPU
 Timings = dict[str, list[tuple[float, float]]]  # per runner, (wall, CPU) µs per pass, one per round
 
 
@@ -174,12 +176,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         med = {name: statistics.median(t[i] for t in ts) for name, ts in timings.items()}
         extra = {name: statistics.median(t[i] - b[i] for t, b in zip(timings[name], timings["bare"]))
                  for name in ("ours", "theirs")}
+        cpu_extra = extra  # the target is judged on CPU (the last row): robust to waiting and a busy machine
         ratio = f"{extra['ours'] / extra['theirs']:6.2f}" if extra["theirs"] > 0 else f"{'-':>6}"  # noise above the floor
         print(f"{kind:>4} {med['bare']:8.1f} {med['ours']:8.1f} {med['theirs']:8.1f} {extra['ours']:11.1f} "
               f"{extra['theirs']:13.1f} {ratio}", flush=True)
     print(f"host reads per pass (.item() + .tolist(), counted): ours {reads['ours']:.2f}, theirs {reads['theirs']:.2f}")
-    print("target: ours extra <= 0.5 x theirs")
-    return 0
+    print(f"target: ours extra <= {RATIO_TARGET:g} x theirs (cpu)")
+    if cpu_extra["theirs"] <= 0:
+        return verdict([], ["SGLang's own extra is within noise"])
+    ratio = cpu_extra["ours"] / cpu_extra["theirs"]
+    return verdict([f"ours extra is {ratio:.2f} x theirs"] if ratio > RATIO_TARGET else [])
 
 
 if __name__ == "__main__":

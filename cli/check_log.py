@@ -1,7 +1,8 @@
 """``prefill-delayer check-log PATH...``: exit 0 clean, 1 violations found, 2 unusable input.
 
-Options are checked before any log is read; the JSON report is written whole
-or not at all. The checks themselves are ``conformance.check_logs``.
+Options are checked before any log is read (no output may be one of the logs);
+the report, the plot and the traces are written together at the end, or none
+of them. The checks themselves are ``conformance.check_logs``.
 """
 
 from __future__ import annotations
@@ -9,11 +10,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any, Optional
 
-from ..files import out_dir_problem, out_file_problem, write_atomically
+from ..files import Outputs
 
+# What conformance.plot's writer (matplotlib's savefig) writes; each is tested.
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
 
@@ -21,7 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", metavar="PATH", help="decision log files or folders; several ranks' logs together")
     parser.add_argument("--json", metavar="FILE", help="write the machine-readable report here")
     parser.add_argument("--traces", metavar="DIR", help="write each flagged window as a trace `prefill-delayer replay` reproduces")
-    parser.add_argument("--plot", metavar="FILE.png", help="draw a per-rank timeline of decisions and the delay-run histogram (needs matplotlib)")
+    parser.add_argument("--plot", metavar="FILE.png", help="draw a per-rank timeline of decisions and the delay-run histogram "
+                        f"({', '.join(PLOT_SUFFIXES)}; needs matplotlib)")
     parser.add_argument("--exact", action="store_true",
                         help="re-fire every pass through the transitions machine (default: the spec evaluated on columns, "
                         "and the machine on every pass that flags plus a random sample)")
@@ -43,25 +45,46 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def outputs(args: Any) -> Outputs:
+    """The outputs, and the inputs they must not be: the paths given and every log file read from a folder."""
+    from ..conformance.logread import expand
+
+    inputs = [*args.paths, *([] if args.merge else expand(args.paths))]  # --merge's paths are digest files
+    return (Outputs(inputs).file("--json", args.json).folder("--traces", args.traces)
+            .file("--plot", args.plot, suffixes=PLOT_SUFFIXES).file("--digest", args.digest))
+
+
 def options_problem(args: Any) -> Optional[str]:
-    """The first bad option, before any work starts."""
-    problem = (out_file_problem("--json", args.json) or out_dir_problem("--traces", args.traces) or out_file_problem("--plot", args.plot)
-               or out_file_problem("--digest", args.digest))
-    if problem:
-        return problem
+    """The first bad option (or unreadable input path), before any work starts."""
+    from ..conformance.logread import LogError
+
     if args.sample is not None and not 0.0 <= args.sample <= 1.0:
         return f"--sample must be a share in [0, 1], got {args.sample}"
     if args.jobs is not None and args.jobs < 1:
         return f"--jobs must be an integer >= 1, got {args.jobs}"
-    if args.merge and (args.traces or args.plot or args.digest or args.exact):
+    if args.merge and (args.traces is not None or args.plot is not None or args.digest is not None or args.exact):
         return "--merge reads digests, not logs: --traces, --plot, --digest and --exact need the logs"
-    if args.plot:
-        if Path(args.plot).suffix.lower() not in PLOT_SUFFIXES:
-            return f"--plot {args.plot}: expected a file name ending in {', '.join(PLOT_SUFFIXES)}"
+    try:
+        problem = outputs(args).problem()
+    except LogError as exc:
+        return str(exc)
+    if problem is None and args.plot is not None:
         from ..conformance.plot import matplotlib_problem
 
         return matplotlib_problem()
-    return None
+    return problem
+
+
+def _nothing_to_check(data: dict[str, Any]) -> Optional[str]:
+    """Logs that hold no pass at all (a header, maybe failed passes): nothing was checked, so nothing is clean."""
+    ranks = [r for s in data["sessions"] for r in s["ranks"]]
+    if any(r["passes"] for r in ranks):
+        return None
+    files = [f for r in ranks for f in r["files"]]
+    failed = sum(sum(r["failed"].values()) for r in ranks)
+    heads = "a header" if len(files) == 1 else "headers"
+    held = f"{heads} and {failed} failed pass{'es' * (failed != 1)}" if failed else heads
+    return f"nothing to check: no pass is logged in {', '.join(files)}, only {held} (the delayer ran no pass while it logged)"
 
 
 def _progress() -> Any:
@@ -86,26 +109,39 @@ def main(args: Any) -> int:
     from ..conformance.summary import text
 
     progress = _progress()
-    try:
-        if args.merge:
-            from ..conformance.digest import merge_digests
+    plan = outputs(args)
+    with plan.writing() as out:
+        write = None
+        if args.traces is not None:
+            def write(path: Any, content: str) -> str:
+                return out.write_in("--traces", path.name, content)
+        try:
+            if args.merge:
+                from ..conformance.digest import merge_digests
 
-            report, data = merge_digests(args.paths, jobs=args.jobs)
-            written = None
+                report, data = merge_digests(args.paths, jobs=args.jobs)
+                written = None
+            else:
+                digest = out.path("--digest") if args.digest is not None else None
+                report, data, written = check_logs(args.paths, own_profile=args.own_profile, traces=args.traces,
+                                                   exact=args.exact, sample=args.sample, jobs=args.jobs,
+                                                   plot=args.plot is not None, progress=progress, digest=digest,
+                                                   write=write)
+        except LogError as exc:
+            problem: Optional[str] = str(exc)
         else:
-            report, data, written = check_logs(args.paths, own_profile=args.own_profile, traces=args.traces, exact=args.exact,
-                                               sample=args.sample, jobs=args.jobs, plot=bool(args.plot), progress=progress,
-                                               digest=args.digest)
-    except LogError as exc:
-        print(f"prefill-delayer check-log: {exc}", file=sys.stderr)
-        return 2
-    if args.plot:
-        from ..conformance.plot import plot
+            problem = _nothing_to_check(data)
+        if problem is not None:
+            out.discard()  # nothing of a check that did not happen
+            print(f"prefill-delayer check-log: {problem}", file=sys.stderr)
+            return 2
+        if args.plot is not None:
+            from ..conformance.plot import plot
 
-        plot(report, args.plot)
-    if args.json:
-        write_atomically(args.json, json.dumps(data, indent=1) + "\n")
+            plot(report, out.path("--plot"))
+        if args.json is not None:
+            out.write("--json", json.dumps(data, indent=1) + "\n")
     print(text(report, data, written))
-    if args.plot:
+    if args.plot is not None:
         print(f"plot: {args.plot}")
     return 1 if report.violations else 0

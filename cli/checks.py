@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from ..files import out_dir_problem, out_file_problem
+from ..files import Outputs
 from ..spec.config import MAX_WORLD_SIZE
 from ..spec.errors import ConfigError
 from ..spec.registry import all_profiles, known_profile, policies, policy_of, resolve_profile
@@ -95,8 +95,7 @@ def prove_problem(args: Any) -> Optional[str]:
         positive_int_problem("--jobs", args.jobs),
         *(scope_option_problem(pol, opt, getattr(args, option_dest(opt.option))) for pol, opt in scope_options()),
         dp_size_problem(args.dp_size),
-        out_file_problem("--json", args.json),
-        out_dir_problem("--traces", args.traces),
+        prove_outputs(args).problem(),
     ]
     first = next((c for c in checks if c is not None), None)
     if first is None:
@@ -108,9 +107,21 @@ def prove_problem(args: Any) -> Optional[str]:
                                   if getattr(args, option_dest(opt.option)) is not None})
             except ConfigError as exc:
                 return str(exc)
-        args.profile = profiles
+        args.profiles_given, args.profile = args.profile, profiles
     return first
 
 
-def docs_problem(args: Any) -> Optional[str]:
-    return out_dir_problem("--out", args.out)
+def prove_outputs(args: Any) -> Outputs:
+    """``prove``'s outputs: the report and the traces' folder (it reads no file)."""
+    return Outputs().file("--json", args.json).folder("--traces", args.traces)
+
+
+def releases_note(given: Optional[list[str]]) -> list[str]:
+    """One line per release name given that ``prove`` checks under another name (its profile's column)."""
+    lines = []
+    for name in dict.fromkeys(given or ()):
+        profile = resolve_profile(name)
+        if profile != name:
+            same = [a for a, p in policy_of(profile).release_aliases.items() if p == profile]
+            lines.append(f"{name} is checked as profile {profile}, its column: one policy for {', '.join(same)}")
+    return lines

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from ..files import out_dir_problem
+from ..files import Outputs
 
 
 def add_arguments(docs: argparse.ArgumentParser) -> None:
@@ -15,17 +15,32 @@ def add_arguments(docs: argparse.ArgumentParser) -> None:
     docs.add_argument("--out", metavar="DIR", default=None, help="docs folder (default: the repository's docs/)")
 
 
+def _outputs(folder: Optional[str]) -> Outputs:
+    return Outputs().folder("--out", folder)
+
+
 def options_problem(args: Any) -> Optional[str]:
-    return out_dir_problem("--out", args.out)
+    """``--out`` is written to, except with ``--check``: then it is read, and need only be a folder."""
+    if getattr(args, "check", False):
+        out = args.out
+        return f"--out {out} is a file; expected a folder" if out is not None and Path(out).exists() and not Path(out).is_dir() else None
+    return _outputs(args.out).problem()
 
 
 def main(args: Any) -> int:
-    """Exit 2 with one line, not a traceback, when the folder is unusable."""
-    from ..docgen import DocsError, check, repo_docs_dir, write
+    """Exit 2 with one line, not a traceback, when the folder is unusable; both files are written or neither."""
+    from ..docgen import DocsError, check, rendered, repo_docs_dir
 
     try:
-        out_dir = Path(args.out) if getattr(args, "out", None) else repo_docs_dir()
-        return check(out_dir) if getattr(args, "check", False) else write(out_dir)
+        out_dir = args.out if getattr(args, "out", None) is not None else str(repo_docs_dir())
+        if getattr(args, "check", False):
+            return check(Path(out_dir))
+        files = rendered()
+        with _outputs(out_dir).writing() as out:
+            written = [out.write_in("--out", name, content) for name, content in files]
     except (DocsError, OSError, UnicodeDecodeError) as exc:
         print(f"prefill-delayer docs: {exc}", file=sys.stderr)
         return 2
+    for path in written:
+        print(f"wrote {path}")
+    return 0

@@ -2,9 +2,15 @@
 
 ``SUBCOMMANDS`` is the one table: each row names the module that adds the
 subcommand's options (argparse only, cheap), checks them before any work, and
-runs it. A subcommand's module is imported when its options are added; what it
-runs imports its machinery only then, so ``docs`` needs no z3 and ``prove``
-needs no torch.
+runs it, and says what its exit statuses mean. A subcommand's module is imported
+when its options are added; what it runs imports its machinery only then, so
+``docs`` needs no z3 and ``prove`` needs no torch.
+
+Whatever goes wrong is one line on stderr: a usage error (exit 2, the line names
+the subcommand and points at its ``--help`` instead of printing its usage, which
+for ``simulate`` is two dozen lines), a bad option or input (2), a failed write
+(2), Ctrl-C (130: the outputs are written together at the end, so an
+interrupted command leaves none).
 """
 
 from __future__ import annotations
@@ -13,12 +19,14 @@ import argparse
 import importlib
 import sys
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, NoReturn, Optional, Sequence
+
+INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
 
 
 @dataclass(frozen=True)
 class Subcommand:
-    """One row of the table: the name, its one-line help, and the module that implements it.
+    """One row of the table: the name, its one-line help, the module that implements it, its exit statuses.
 
     The module has ``add_arguments(parser)``, ``options_problem(args) -> str | None``
     (the first bad option, before any work) and ``main(args) -> int``.
@@ -27,45 +35,103 @@ class Subcommand:
     name: str
     help: str
     module: str
+    exits: str
 
 
 SUBCOMMANDS = (
-    Subcommand("prove", "prove the invariant catalogue with Z3 (exit 0 iff every property has its expected status)", "prove"),
-    Subcommand("replay", "re-run a counterexample trace through the runtime (exit 0 iff its violation reproduces)", "replay"),
-    Subcommand("docs", "generate docs/transitions.md (and its diagram) from the spec", "docs"),
-    Subcommand("simulate", "run a workload through the real delayer on N lock-step DP ranks; compare profiles", "simulate"),
-    Subcommand("check-log", "hold decision logs against the spec (exit 0 clean, 1 violations, 2 unreadable input)", "check_log"),
+    Subcommand("prove", "prove the invariant catalogue with Z3 (exit 0 iff every property has its expected status)", "prove",
+               "0 every property has its expected status; 1 some property does not; 2 a bad option or an output that cannot be written"),
+    Subcommand("replay", "re-run a counterexample trace through the runtime (exit 0 iff its violation reproduces)", "replay",
+               "0 the recorded violation happens again; 1 it does not; 2 the trace cannot be read (one line on stderr says why)"),
+    Subcommand("docs", "generate docs/transitions.md (and its diagram) from the spec", "docs",
+               "0 written (or, with --check, up to date); 1 --check found them stale; 2 the folder cannot be used"),
+    Subcommand("simulate", "run a workload through the real delayer on N lock-step DP ranks; compare profiles", "simulate",
+               "0 simulated; 2 a bad option, trace or workload, or an output that cannot be written"),
+    Subcommand("check-log", "hold decision logs against the spec (exit 0 clean, 1 violations, 2 unreadable input)", "check_log",
+               "0 clean; 1 violations found; 2 input it cannot check, or an output that cannot be written"),
 )
+
+DESCRIPTION = (
+    "SGLang's prefill-delay policy as an explicit finite-state machine: prove its invariants with Z3 (prove), "
+    "replay a counterexample through the runtime (replay), generate its docs (docs), simulate policies on a serving "
+    "workload (simulate), and hold production decision logs against the spec (check-log)."
+)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line naming the command, then ``--help``, not the whole usage."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands: dict[str, argparse.ArgumentParser] = {}
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message}; see {self.prog} --help\n")
+
+
+class _Version(argparse.Action):
+    """``--version``: the package's version and the hash of the spec its decisions come from (read only when asked)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="print the version and the spec hash, and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> NoReturn:
+        from importlib.metadata import PackageNotFoundError, version
+
+        from ..spec.hashing import spec_hash
+
+        try:
+            ours = version("prefill-delayer")
+        except PackageNotFoundError:
+            ours = "(not installed)"
+        sys.stdout.write(f"prefill-delayer {ours}, spec {spec_hash()}\n")
+        parser.exit(0)
 
 
 def _module(cmd: Subcommand) -> Any:
     return importlib.import_module(f"{__package__}.{cmd.module}")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="prefill-delayer",
-        description="Prove, replay and document SGLang's prefill-delay policy as an explicit FSM.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
+def build_parser() -> Parser:
+    parser = Parser(prog="prefill-delayer", description=DESCRIPTION,
+                    epilog=f"Ctrl-C stops any command with exit {INTERRUPTED}, leaving none of its outputs.")
+    parser.add_argument("--version", action=_Version)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
     for cmd in SUBCOMMANDS:
-        _module(cmd).add_arguments(sub.add_parser(cmd.name, help=cmd.help))
+        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help[0].upper() + cmd.help[1:] + ".",
+                           epilog=f"exit status: {cmd.exits}; {INTERRUPTED} interrupted (Ctrl-C)")
+        _module(cmd).add_arguments(p)
+        parser.commands[cmd.name] = p
     return parser
 
 
+def _parse(parser: Parser, argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    """Options a subcommand does not know are its usage error, not the top-level parser's."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        parser.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Exit 2 with one line on stderr for any bad input; argparse does the same for usage errors."""
-    args = build_parser().parse_args(argv)
-    module = _module(next(c for c in SUBCOMMANDS if c.name == args.command))
-    problem = module.options_problem(args)
-    if problem is not None:
-        print(f"prefill-delayer {args.command}: {problem}", file=sys.stderr)
-        return 2
+    """Exit 2 with one line on stderr for any bad input; 130, with one line, on Ctrl-C."""
+    name = "prefill-delayer"
     try:
-        return int(module.main(args))
-    except OSError as exc:  # e.g. the disk filled up while writing the report: say so, no traceback
-        print(f"prefill-delayer {args.command}: {exc}", file=sys.stderr)
-        return 2
+        args = _parse(build_parser(), argv)
+        name = f"prefill-delayer {args.command}"
+        module = _module(next(c for c in SUBCOMMANDS if c.name == args.command))
+        problem = module.options_problem(args)
+        if problem is not None:
+            print(f"{name}: {problem}", file=sys.stderr)
+            return 2
+        try:
+            return int(module.main(args))
+        except OSError as exc:  # e.g. the disk filled up while writing the report: say so, no traceback
+            print(f"{name}: {exc}", file=sys.stderr)
+            return 2
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted", file=sys.stderr)
+        return INTERRUPTED
 
 
 if __name__ == "__main__":

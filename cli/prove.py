@@ -6,13 +6,12 @@ import argparse
 import json
 import os
 import time
-from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ..spec.hashing import spec_hash
 from ..spec.policy import PROVED, UNKNOWN
 from ..spec.registry import all_profiles, resolve_profile
-from .checks import prove_options, prove_problem, scope_options
+from .checks import prove_options, prove_outputs, prove_problem, releases_note, scope_options
 
 
 def add_arguments(prove: argparse.ArgumentParser) -> None:
@@ -54,20 +53,27 @@ def format_matrix(results: Sequence[Any]) -> str:
 
 
 def main(args: Any) -> int:
+    """The proofs first; then the report and the traces are written together (or, on any failure, neither)."""
     from ..proofs.prove import run_parallel
     from ..proofs.scope import scope_line
-    from ..traces.format import write_trace
+    from ..traces.format import trace_file
 
     profiles = tuple(dict.fromkeys(resolve_profile(p) for p in args.profile)) if args.profile else all_profiles()
     t0 = time.perf_counter()
     options = prove_options(args)
     results = run_parallel(profiles, args.timeout_ms, args.jobs, options)
     total = time.perf_counter() - t0
-    if args.traces:
-        for r in results:
-            if r.trace is not None:
-                r.trace_path = str(write_trace(r.trace, args.traces))
+    with prove_outputs(args).writing() as out:
+        if args.traces is not None:
+            for r in results:
+                if r.trace is not None:
+                    r.trace_path = out.write_in("--traces", *trace_file(r.trace))
+        if args.json is not None:
+            report = {"spec_hash": spec_hash(), "seconds": round(total, 3), "results": [r.as_json() for r in results]}
+            out.write("--json", json.dumps(report, indent=1) + "\n")
     print(format_matrix(results))
+    for line in releases_note(getattr(args, "profiles_given", None)):
+        print(line)
     layouts = all(r.ok and r.status == PROVED for r in results if r.property == "aggregate-view")
     print(f"\nspec {spec_hash()}; {len(results)} checks in {total:.2f} s wall")
     print(scope_line(profiles, options, layouts))
@@ -78,10 +84,6 @@ def main(args: Any) -> int:
     for r in results:
         if r.status == UNKNOWN:
             print(f"{r.profile} {r.property}: {r.note}")
-    if args.json:
-        report = {"spec_hash": spec_hash(), "seconds": round(total, 3), "results": [r.as_json() for r in results]}
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
     bad = [r for r in results if not r.ok]
     if bad:
         print("\nFAILED: " + ", ".join(f"{r.profile}/{r.property} is {r.status}, expected {r.expected}" for r in bad))

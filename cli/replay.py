@@ -23,7 +23,7 @@ def main(args: Any) -> int:
     try:
         trace = load_trace(args.trace)
     except ValueError as exc:
-        print(f"cannot read trace {args.trace}: {exc}", file=sys.stderr)
+        print(f"prefill-delayer replay: cannot read trace {args.trace}: {exc}", file=sys.stderr)
         return 2
     ok, lines = replay(trace)
     print(f"recorded: {trace['violation']}")

@@ -10,13 +10,17 @@ None of it needs z3 or torch; only the plot needs matplotlib.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 
 def check_logs(paths: list[str], *, own_profile: bool = False, traces: Optional[str] = None, exact: bool = False,
                sample: Optional[float] = None, jobs: Optional[int] = None, plot: bool = False,
-               progress: Any = None, digest: Optional[str] = None) -> tuple[Any, dict[str, Any], Optional[list]]:
-    """(report, JSON data, trace entries); ``LogError`` for input that cannot be checked."""
+               progress: Any = None, digest: Optional[str] = None,
+               write: Optional[Callable[[Any, str], str]] = None) -> tuple[Any, dict[str, Any], Optional[list]]:
+    """(report, JSON data, trace entries); ``LogError`` for input that cannot be checked.
+
+    ``write(path, text) -> path written`` writes each trace (the command stages them with its other outputs).
+    """
     from .stream import DEFAULT_SAMPLE, check_stream
     from .summary import summary_data
 
@@ -36,6 +40,6 @@ def check_logs(paths: list[str], *, own_profile: bool = False, traces: Optional[
     if traces:
         from .traces import export_traces
 
-        written = export_traces(report, traces)
+        written = export_traces(report, traces, write)
         data["traces"] = written
     return report, data, written

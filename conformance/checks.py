@@ -167,7 +167,10 @@ def build_sessions(logs: list[RankLog], own_profile: bool) -> tuple[list[Session
     for log in logs:
         key = (log.fingerprint, log.spec_hash, tuple(log.header["group_ranks"] or ()))
         groups.setdefault(key, []).append(log)
-    if len(groups) > 1 and not own_profile:
+    if len(groups) > 1 and not own_profile and _one_after_another(groups):
+        notes.append(f"the logs hold {len(groups)} configurations, one after another (a restart with a new "
+                     "configuration): each run is checked against its own")
+    elif len(groups) > 1 and not own_profile:
         shown = "; ".join(_describe(g[0]) + f" and {len(g) - 1} more" * (len(g) > 1) for g in groups.values())
         raise LogError(
             f"the logs come from {len(groups)} different configurations or gather groups: {shown}. Re-run with "
@@ -195,6 +198,20 @@ def build_sessions(logs: list[RankLog], own_profile: bool) -> tuple[list[Session
                                + ", ".join(f"{g.files[0]} (group rank {g.group_rank})" for g in members))
             sessions.append(Session(len(sessions), members[0].config, members[0].spec_hash, members))
     return sessions, notes
+
+
+def _ended(log: RankLog) -> float:
+    """The wall clock of the run's last logged pass (its start when it logged none): from its records, or from
+    its files' last pass lines when the log was only scanned (check-log's streaming path)."""
+    walls = [r.wall for r in log.passes] + [w for i in log.__dict__.get("infos", ()) if (w := i.last_wall) is not None]
+    return max(walls, default=log.started)
+
+
+def _one_after_another(groups: dict[tuple, list[RankLog]]) -> bool:
+    """No two configurations' runs overlap in time: what a restarted deployment leaves (its older run rotated to ``.1``)."""
+    spans = [(min(g.started for g in logs), max(_ended(g) for g in logs)) for logs in groups.values()]
+    spans.sort()
+    return all(a_end < b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
 
 
 # ----- one rank -------------------------------------------------------------------------------
@@ -395,3 +412,16 @@ def _compare(report: Report, s: Session, number: int, present: list[tuple[int, P
     return False, split
 
 
+def divergence_is_no_known_defect(report: Report) -> None:
+    """A violation the catalogue expects of the profile is its known defect only where the log follows the spec:
+    if a logged pass of its window diverges from the spec (an edited log, another runtime), the spec did not decide it."""
+    diverged: dict[int, list[int]] = {}
+    for f in report.findings:
+        if f.category == CONFORMANCE:
+            diverged.setdefault(f.session, []).append(f.pass_number)
+    for f in report.findings:
+        first = f.first_pass if f.first_pass is not None else f.pass_number
+        hit = [p for p in diverged.get(f.session, ()) if first <= p <= f.pass_number] if f.known_defect else []
+        if hit:
+            f.known_defect = False
+            f.message += f"; not a known defect of the profile: the log diverges from the spec at pass {hit[0]}"

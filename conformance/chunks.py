@@ -20,6 +20,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
@@ -27,7 +28,10 @@ import numpy as np
 from ..spec.fields import BOOL, CONTROL, COUNT, OPT_SECONDS, REASON, SECONDS, TEXT, USAGE
 from ..spec.schema import KIND_FAIL, KIND_HEADER, KIND_PASS, KIND_SET, MODE_FULL, digest_of_bytes, enums, pass_columns, view_kind
 from .columns import MAX_EXACT, Model, RankCols
-from .logread import FailRec, LogError, RankLog, SetRec, _parse_fail, _parse_set, _show, parse_header, parse_pass
+from .logread import (
+    FailRec, LogError, RankLog, SetRec, _parse_fail, _parse_set, _show, other_document, parse_header, parse_pass,
+    whole_file_document,
+)
 
 try:  # orjson parses a chunk's lines in one call; the standard library's json is the same format, slower
     import orjson
@@ -51,6 +55,7 @@ class FileInfo:
     size: int
     first: Optional[int]
     last: Optional[int]
+    last_wall: Optional[float] = None  # the wall clock of its last pass: when its run ended, as far as this file says
 
 
 def _number(line: bytes, fmt: int) -> Optional[int]:
@@ -122,10 +127,14 @@ def scan_file(path: str) -> tuple[Optional[tuple[dict[str, Any], Any, FileInfo]]
         except ValueError as exc:
             if not raw.endswith(b"\n"):
                 return None, f"{path}:1: last line cut short ({len(raw)} bytes, not complete JSON): a crash mid-write? ignored"
+            other = other_document(whole_file_document(Path(path)), path)  # a trace or a report is indented
+            if other is not None:
+                raise LogError(other) from None
             what = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc).split(";")[0]
             raise LogError(f"{path}:1: not JSON ({what})") from None
         if not isinstance(o, dict) or o.get("kind") != KIND_HEADER:
-            raise LogError(f"{path}:1: not a decision log: its first line is not a header")
+            other = other_document(o, path) if not isinstance(o, dict) or "kind" not in o else None
+            raise LogError(other or f"{path}:1: not a decision log: its first line is not a header")
         try:
             header, config = parse_header(o)
             fmt = header["format"]
@@ -149,9 +158,22 @@ def scan_file(path: str) -> tuple[Optional[tuple[dict[str, Any], Any, FileInfo]]
                 found = [n for n in (_number(x + b"\n", fmt) for x in (lines[1:] if start > body else lines)[:-1]) if n is not None]
                 if found or start == body:
                     info.last = found[-1] if found else first
+                    tail = [x for x in (lines[1:] if start > body else lines)[:-1] if _number(x + b"\n", fmt) is not None]
+                    wall = _wall(tail[-1], fmt) if tail else None
+                    info.last_wall = None if wall is None else wall + (header["started"] if fmt == 2 else 0.0)
                     break
                 back *= 4
         return (header, config, info), None
+
+
+def _wall(line: bytes, fmt: int) -> Optional[float]:
+    """The ``wall`` of a pass line (format 2: its second value, seconds since the header's ``started``), or None."""
+    try:
+        o = json.loads(line)
+        w = o[1] if fmt == 2 else o.get("wall")
+    except (ValueError, IndexError, TypeError, AttributeError):
+        return None
+    return float(w) if isinstance(w, (int, float)) and not isinstance(w, bool) else None
 
 
 def _check_columns(header: dict[str, Any], config: Any) -> None:

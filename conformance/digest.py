@@ -33,7 +33,7 @@ import numpy as np
 
 from ..spec.config import Config
 from ..spec.schema import MODE_COMPACT
-from .checks import Finding, LogStats, Report, Session
+from .checks import Finding, LogStats, Report, Session, divergence_is_no_known_defect
 from .logread import LogError, RankLog
 from .stream import CHUNK_RECORDS, ChunkOut, CrossCols, Stitcher, _model, cross_check
 
@@ -212,6 +212,7 @@ def merge_digests(paths: list[str], jobs: Optional[int] = None) -> tuple[Report,
             c, p = key.split("/", 1)
             report.counts[(c, p)] += n
     report.findings.sort(key=lambda f: (f.session, f.pass_number, f.category, f.property))
+    divergence_is_no_known_defect(report)  # a node's divergence unmarks an agreement finding seen only across nodes
     data = summary_data(report, [])
     return report, data
 

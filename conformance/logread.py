@@ -29,7 +29,7 @@ from ..spec.config import Config
 from ..spec.policy import ALL_GATHER
 from ..spec.errors import ConfigError
 from ..spec.fields import BOOL, CONTROL, COUNT, OPT_SECONDS, REASON, SECONDS, TEXT, USAGE
-from ..spec.schema import HEADER_KEYS, KIND_FAIL, KIND_HEADER, KIND_PASS, KIND_SET, LOG_FORMATS_READ, decision_keys, state_keys
+from ..spec.schema import HEADER_KEYS, KIND_FAIL, KIND_HEADER, KIND_PASS, KIND_SET, LOG_FORMATS_READ, TRACE_TOP_KEYS, decision_keys, state_keys
 
 LOG_NAME = re.compile(r".*\.jsonl(\.\d+)?$")
 _NUM = (int, float)
@@ -432,10 +432,35 @@ def expand(paths: Sequence[str]) -> list[Path]:
     return unique
 
 
+def other_document(o: Any, name: str) -> Optional[str]:
+    """What a JSON document given as a log is, when it is one of this package's other files."""
+    if not isinstance(o, dict):
+        return None
+    if all(k in o for k in TRACE_TOP_KEYS):
+        return (f"{name} is a counterexample trace (as prove --traces and check-log --traces write them), not a decision "
+                f"log: prefill-delayer replay {name} re-runs it")
+    if o.get("tool") == "prefill-delayer check-log":
+        return f"{name} is a check-log report (check-log --json), not a decision log"
+    if {"spec_hash", "seconds", "results"} <= o.keys():
+        return f"{name} is a prove report (prove --json), not a decision log"
+    return None
+
+
+def whole_file_document(path: Path) -> Any:
+    """The file as one JSON document (a trace or a report is indented over many lines), or None (not one, or too big)."""
+    try:
+        if path.stat().st_size > 64 * 2**20:
+            return None
+        return json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return None
+
+
 class _Reader:
     def __init__(self) -> None:
         self.logs: dict[tuple[int, str], RankLog] = {}
         self.empty: list[str] = []
+        self.nothing: list[str] = []  # why each file held no record, for the error when none did
 
     def read(self, path: Path) -> None:
         name = str(path)
@@ -458,10 +483,17 @@ class _Reader:
                             log.notes.append(note)
                         else:
                             self.empty.append(note)
+                            self.nothing.append(f"{name}: its only line is cut short ({len(raw)} bytes)")
                         break
+                    other = other_document(whole_file_document(path), name) if lineno == 1 else None
+                    if other is not None:
+                        raise LogError(other) from None
                     what = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc).split(";")[0]
                     raise LogError(f"{name}:{lineno}: not JSON ({what})") from None
                 kind = o.get("kind") if isinstance(o, dict) else None
+                other = other_document(o, name) if lineno == 1 and kind is None else None
+                if other is not None:
+                    raise LogError(other)
                 try:
                     if kind == KIND_PASS and log is not None:
                         log.passes.append(parse_pass(o, log, fi, lineno))
@@ -480,6 +512,7 @@ class _Reader:
                     raise LogError(f"{name}:{lineno}: {exc}") from None
         if log is None and not any(n.startswith(f"{name}:") for n in self.empty):
             self.empty.append(f"{name}: empty (no header): a crash before the first write? ignored")
+            self.nothing.append(f"{name} is empty")
 
     def _header(self, o: dict[str, Any], name: str) -> tuple[RankLog, int]:
         header, config = parse_header(o)
@@ -505,7 +538,8 @@ def read_logs(paths: Sequence[str]) -> tuple[list[RankLog], list[str]]:
     for path in expand(paths):
         reader.read(path)
     if not reader.logs:
-        raise LogError("no decision log records in " + ", ".join(paths) + (": " + "; ".join(reader.empty) if reader.empty else ""))
+        raise LogError(f"nothing to check: {', '.join(reader.nothing)}; a decision log starts with a header line, "
+                       "then one line per pass")
     logs = sorted(reader.logs.values(), key=lambda g: (g.started, g.rank))
     for log in logs:
         _order(log)

@@ -37,7 +37,7 @@ from ..spec.config import Config
 from ..spec.schema import MODE_COMPACT, digest_of_bytes
 from .checks import (
     CONFORMANCE, INVARIANT, Finding, LogStats, PassChecker, Report, Session, _apply_sets, _compare, _known,
-    _state_differs, build_sessions,
+    _state_differs, build_sessions, divergence_is_no_known_defect,
 )
 from .chunks import FileInfo, Segment, offset_of, parse_v1, parse_v2, read_segments, scan_file
 from .arrayops import broadcast
@@ -57,10 +57,13 @@ def scan(paths: list[str]) -> tuple[list[RankLog], list[str]]:
     """Every (rank, run) log in ``paths`` from the files' headers, with each file's layout; notes on empty files."""
     logs: dict[tuple[int, str], RankLog] = {}
     empty: list[str] = []
+    nothing: list[str] = []  # why each file held no record, for the error when none did
     for path in expand(paths):
         found, note = scan_file(str(path))
         if found is None:
             empty.append(note or f"{path}: empty")
+            nothing.append(f"{path} is empty" if path.stat().st_size == 0
+                           else f"{path}: its only line is cut short ({path.stat().st_size} bytes)")
             continue
         header, config, info = found
         key = (header["rank"], header["run"])
@@ -79,7 +82,8 @@ def scan(paths: list[str]) -> tuple[list[RankLog], list[str]]:
         log.parts.append(header["part"])
         log.__dict__["infos"].append(info)
     if not logs:
-        raise LogError("no decision log records in " + ", ".join(paths) + (": " + "; ".join(empty) if empty else ""))
+        raise LogError(f"nothing to check: {', '.join(nothing)}; a decision log starts with a header line, "
+                       "then one line per pass")
     out = sorted(logs.values(), key=lambda g: (g.started, g.rank))
     for log in out:
         order = sorted(range(len(log.parts)), key=lambda i: log.parts[i])
@@ -1126,4 +1130,5 @@ def check_stream(paths: list[str], *, own_profile: bool = False, exact: bool = F
         report.window = window  # type: ignore[attr-defined]
         timelines[s.index] = stitch.timeline
     report.findings.sort(key=lambda f: (f.session, f.pass_number, f.category, f.property))
+    divergence_is_no_known_defect(report)
     return report, empty, timelines

@@ -11,6 +11,7 @@ from collections import Counter
 from typing import Any, Optional
 
 from ..runtime.decision_log import build_spec_hash
+from ..spec.fields import reason_name
 from ..spec.monitors import Agreement, GroupRunBound, RunReport, is_monitor
 from .checks import AGREEMENT, CONFORMANCE, INVARIANT, Report
 from .desync import CHECKS as DESYNC_CHECKS
@@ -59,10 +60,6 @@ def reason_order(report: Report) -> list[str]:
     for pol in _policies(report):
         out += [r for r in (pol.log.reason_order or pol.reasons) if r not in out]
     return out
-
-
-def reason_name(reason: str) -> str:
-    return reason if reason else "none-prefillable"
 
 
 def percentile(sorted_values: list[float], q: float) -> float:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ..runtime.envelope import Envelope
 from ..spec.ops import PY
@@ -118,7 +118,13 @@ def _first_split(s: Session, maps: list[dict[int, PassRec]], f: Finding) -> bool
     return any(shared_state(r, policy) != shared_state(recs[0], policy) for r in recs)
 
 
-def export_traces(report: Report, directory: str | Path) -> list[dict[str, Any]]:
+def _write(path: Path, text: str) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return str(path)
+
+
+def export_traces(report: Report, directory: str | Path, write: Optional[Callable[[Path, str], str]] = None) -> list[dict[str, Any]]:
     """Write a trace per flagged window (up to ``MAX_TRACES_PER_PROPERTY`` per property and run); say why for the rest.
 
     Violations inside a window already written share its trace, and agreement
@@ -174,9 +180,8 @@ def export_traces(report: Report, directory: str | Path) -> list[dict[str, Any]]
             if not ok:
                 out.append({**entry, "why": "replay does not reproduce it: " + lines[-1]})
                 continue
-            folder.mkdir(parents=True, exist_ok=True)
             path = folder / f"{s.config.profile}-{f.property}-run{s.index}-pass{start}-{f.pass_number}.json"
-            path.write_text(json.dumps(trace, indent=1) + "\n")
+            path = Path((write or _write)(path, json.dumps(trace, indent=1) + "\n"))
             covered.append((f.property, start, f.pass_number))
             written[f.property] = written.get(f.property, 0) + 1
             out.append({**entry, "path": str(path), "reproduced": lines[-1]})

@@ -644,15 +644,9 @@ def repo_docs_dir() -> Path:
     return root / "docs"
 
 
-def write(out_dir: Path) -> int:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    doc = out_dir / DOC_NAME
-    doc.write_text(generate(), encoding="utf-8", newline="\n")
-    print(f"wrote {doc}")
-    picture = out_dir / PICTURE_NAME
-    picture.write_bytes(render_svg())
-    print(f"wrote {picture}")
-    return 0
+def rendered() -> list[tuple[str, bytes]]:
+    """``(file name, content)`` of every file ``docs`` writes: the doc and its picture (written together)."""
+    return [(DOC_NAME, generate().encode("utf-8")), (PICTURE_NAME, render_svg())]
 
 
 def check(out_dir: Path) -> int:

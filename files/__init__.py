@@ -1,64 +1,338 @@
-"""Output files of every subcommand: where they may go, and writing them whole or not at all.
+"""Output files of every subcommand: checked before the work starts, written together after it.
 
-A base layer: it imports nothing of the package, so the simulator, ``check-log``,
-``prove`` and the CLI all check and write their outputs the same way.
+A base layer: it imports nothing of the package, so ``prove``, ``docs``, ``check-log``
+and ``simulate`` check and write their outputs the same way. A subcommand declares its
+output options on an ``Outputs`` (``file("--json", path)``, ``folder("--traces", dir)``),
+asks ``problem()`` before any work, and writes inside ``with outputs.writing() as out:``.
+
+What every output option gets, and why:
+
+* a name: an empty one is refused (it used to mean "write nothing", silently);
+* never one of the command's inputs (the same file, or an input folder), and never
+  the same file as another output option: a report must not replace the log it reports on;
+* through symlinks: the file a link points at is replaced, the link stays;
+* only regular files: an existing device, FIFO, socket or folder at a file option is
+  refused (writing a report over ``/dev/full`` must not turn the device into a file);
+* the umask: a new file gets ``0666 & ~umask`` (folders ``0777 & ~umask``); a file
+  replaced keeps its mode;
+* checks by trying: the folder that will hold an output must take a new file (one is
+  created and removed there), and an existing file must open for writing; ``os.access``
+  says yes to root for everything, even ``/proc``;
+* formats up front: a file option with ``suffixes`` (a plot) names one its writer
+  really writes;
+* whole or nothing: every output is written to a temporary file beside its target;
+  the temporaries replace their targets together, at the end, only when the work
+  succeeded. A failure, a bad format or Ctrl-C leaves no output, not even a folder
+  created for one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
+import signal
+import stat
 import tempfile
+import threading
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Iterable, Iterator, Optional, Union
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+_KINDS = (
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a folder"),
+)
 
 
-def _nearest_existing(path: Path) -> Path:
-    """``path`` itself or its closest ancestor that exists (``.`` at worst)."""
-    for candidate in (path, *path.parents):
-        if candidate.exists():
-            return candidate
-    return Path(".")
+class OutputError(OSError):
+    """An output that cannot be written; the message names the option. An ``OSError``, so a command's
+    handler for failed writes reports it the same way (one line, exit 2)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
 
 
-def _unusable_folder(where: Path) -> Optional[str]:
-    """Why folder ``where`` (which may not exist yet) cannot be created and written to, after its name."""
-    base = _nearest_existing(where)
-    if not base.is_dir():
-        return "is a file" if base == where else f"is inside {base}, which is a file"
-    if not os.access(base, os.W_OK | os.X_OK):
-        return "is not writable" if base == where else f"would be created in {base}, which is not writable"
+@dataclass(frozen=True)
+class _Output:
+    option: str
+    value: str
+    folder: bool
+    suffixes: Optional[tuple[str, ...]]
+
+    @property
+    def real(self) -> str:
+        """The path written: symlinks followed (a dangling one names the file to create)."""
+        return os.path.realpath(self.value)
+
+
+def _kind(mode: int) -> Optional[str]:
+    for test, name in _KINDS:
+        if test(mode):
+            return name
     return None
 
 
-def out_dir_problem(option: str, value: Optional[str]) -> Optional[str]:
-    """``--traces DIR`` / ``--out DIR``: a folder, or one that can be created."""
-    if value is None:
-        return None
-    why = _unusable_folder(Path(value))
-    return None if why is None else f"{option} {value} {why}; expected a folder"
+def _nearest_existing(path: str) -> str:
+    """``path`` itself or its closest ancestor that exists."""
+    p = Path(path)
+    for candidate in (p, *p.parents):
+        if os.path.lexists(candidate):
+            return str(candidate)
+    return os.path.abspath(os.sep)
 
 
-def out_file_problem(option: str, value: Optional[str]) -> Optional[str]:
-    """``--json PATH``: not a folder, and its folder exists or can be created."""
-    if not value:
-        return None
-    path = Path(value)
-    if path.is_dir():
-        return f"{option} {value} is a folder; expected a file name"
-    if path.exists() and not os.access(path, os.W_OK):
-        return f"{option} {value} is not writable"
-    why = _unusable_folder(path.parent)
-    return None if why is None else f"{option} {value}: its folder {path.parent} {why}"
-
-
-def write_atomically(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file beside it: the old file or the new one, never half of it."""
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent if str(target.parent) else ".")
+def _identity(path: str) -> Optional[tuple[int, int]]:
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _try_create_in(base: str) -> Optional[str]:
+    """Why no file can be created in folder ``base`` (``None``: one was, and is gone again)."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".prefill-delayer-probe-", dir=base)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    os.close(fd)
+    os.unlink(probe)
+    return None
+
+
+def _folder_problem(where: str) -> Optional[str]:
+    """Why folder ``where`` (which may not exist yet) cannot be created and written in, to follow its name."""
+    base = _nearest_existing(where)
+    if not os.path.isdir(base):
+        return "is a file" if base == where else f"is inside {base}, which is a file"
+    why = _try_create_in(base)
+    if why is None:
+        return None
+    if base == where:
+        return f"cannot take new files ({why})"
+    return f"would be created in {base}, which cannot take new files ({why})"
+
+
+class Outputs:
+    """A command's output options: declared, checked before the work, then written together."""
+
+    def __init__(self, inputs: Iterable[PathLike] = ()) -> None:
+        self._inputs = [os.fspath(p) for p in inputs]
+        self._outputs: dict[str, _Output] = {}
+
+    def file(self, option: str, value: Optional[str], suffixes: Optional[Iterable[str]] = None) -> "Outputs":
+        """Declare file option ``option`` (``None``: not given); ``suffixes``: the formats its writer writes."""
+        if value is not None:
+            self._outputs[option] = _Output(option, value, False, tuple(suffixes) if suffixes is not None else None)
+        return self
+
+    def folder(self, option: str, value: Optional[str]) -> "Outputs":
+        """Declare folder option ``option`` (``None``: not given)."""
+        if value is not None:
+            self._outputs[option] = _Output(option, value, True, None)
+        return self
+
+    def problem(self) -> Optional[str]:
+        """The first output that cannot be written, as one line naming its option; ``None`` when all can."""
+        seen: dict[str, _Output] = {}
+        for out in self._outputs.values():
+            why = _folder_output_problem(out) if out.folder else _file_output_problem(out)
+            if why is None:
+                why = self._input_problem(out)
+            if why is None:
+                other = seen.get(out.real)
+                if other is not None:
+                    why = f"{other.option} {other.value} and {out.option} {out.value} name the same {'folder' if out.folder else 'file'}"
+            if why is not None:
+                return why
+            seen[out.real] = out
+        return None
+
+    def _input_problem(self, out: _Output) -> Optional[str]:
+        mine = _identity(out.real)
+        for given in self._inputs:
+            same = os.path.realpath(given) == out.real or (mine is not None and _identity(given) == mine)
+            if same:
+                what = "an input folder" if os.path.isdir(given) else "an input file"
+                return f"{out.option} {out.value} is {what} of this command ({given}); name another {'folder' if out.folder else 'file'}"
+        return None
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator["Staged"]:
+        """Stage the outputs; they replace their targets when the block ends without an exception, else none does."""
+        problem = self.problem()
+        if problem is not None:
+            raise OutputError(problem)
+        staged = Staged(self._outputs)
+        try:
+            yield staged
+        except BaseException:
+            staged.discard()
+            raise
+        staged.commit()
+
+
+def _file_output_problem(out: _Output) -> Optional[str]:
+    opt, value = out.option, out.value
+    if value == "":
+        return f"{opt} needs a file name, got an empty string"
+    real = out.real
+    try:
+        st: Optional[os.stat_result] = os.stat(real)
+    except (FileNotFoundError, NotADirectoryError):  # not there yet (or inside a file: said below)
+        st = None
+    except OSError as exc:
+        return f"{opt} {value}: {exc.strerror or exc}"
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        kind = _kind(st.st_mode) or "not a regular file"
+        if kind == "a folder":
+            return f"{opt} {value} is a folder; expected a file name"
+        via = f" (through the link, {real})" if real != os.path.abspath(value) else ""
+        return f"{opt} {value} is {kind}{via}, not a regular file; expected a file name"
+    if out.suffixes is not None and Path(value).suffix.lower() not in out.suffixes:
+        return f"{opt} {value}: expected a file name ending in {', '.join(out.suffixes)}"
+    if st is not None:
+        try:
+            os.close(os.open(real, os.O_WRONLY))  # opening for writing changes nothing: no O_TRUNC
+        except OSError as exc:
+            return f"{opt} {value} is not writable ({exc.strerror or exc})"
+    parent = os.path.dirname(real)
+    why = _folder_problem(parent)
+    return None if why is None else f"{opt} {value}: its folder {os.path.dirname(value) or '.'} {why}"
+
+
+def _folder_output_problem(out: _Output) -> Optional[str]:
+    opt, value = out.option, out.value
+    if value == "":
+        return f"{opt} needs a folder name, got an empty string"
+    real = out.real
+    if os.path.exists(real) and not os.path.isdir(real):
+        kind = _kind(os.stat(real).st_mode)
+        return f"{opt} {value} is {'a file' if kind is None else kind}; expected a folder"
+    why = _folder_problem(real)
+    return None if why is None else f"{opt} {value} {why}; expected a folder"
+
+
+class Staged:
+    """The outputs being written: each a temporary file beside its target until ``commit``."""
+
+    def __init__(self, outputs: dict[str, _Output]) -> None:
+        self._outputs = outputs
+        self._temps: list[tuple[str, str]] = []  # (temporary, target)
+        self._targets: set[str] = set()
+        self._made: list[str] = []  # folders created for the outputs, outermost first
+
+    def _output(self, option: str, folder: bool) -> _Output:
+        out = self._outputs.get(option)
+        if out is None or out.folder != folder:
+            raise KeyError(f"{option} is not a {'folder' if folder else 'file'} output of this command")
+        return out
+
+    def _makedirs(self, folder: str) -> None:
+        missing = []
+        p = Path(folder)
+        while not os.path.lexists(p):
+            missing.append(str(p))
+            p = p.parent
+        for d in reversed(missing):
+            os.mkdir(d)  # 0777 & ~umask
+            self._made.append(d)
+
+    def _temp(self, target: str, suffix: str) -> str:
+        """A new empty file beside ``target``, created with the umask's mode (or the mode ``target`` has)."""
+        if target in self._targets:
+            raise OutputError(f"{target} would be written twice")
+        folder = os.path.dirname(target)
+        self._makedirs(folder)
+        try:
+            existing = os.stat(target)
+        except FileNotFoundError:
+            existing = None
+        if existing is not None and not stat.S_ISREG(existing.st_mode):
+            raise OutputError(f"{target} is {_kind(existing.st_mode) or 'not a regular file'}; cannot write a file there")
+        for _ in range(100):
+            tmp = os.path.join(folder, f".{os.path.basename(target)}.{secrets.token_hex(4)}.part{suffix}")
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+                break
+            except FileExistsError:
+                continue
+        else:  # pragma: no cover - 100 random names taken
+            raise OutputError(f"cannot create a temporary file in {folder}")
+        self._temps.append((tmp, target))
+        self._targets.add(target)
+        try:
+            if existing is not None:
+                os.fchmod(fd, stat.S_IMODE(existing.st_mode))
+        finally:
+            os.close(fd)
+        return tmp
+
+    def path(self, option: str) -> str:
+        """A temporary file for file option ``option`` with the target's suffix, for writers that take a name (a plot)."""
+        out = self._output(option, folder=False)
+        return self._temp(out.real, Path(out.value).suffix)
+
+    def write(self, option: str, data: Union[str, bytes]) -> None:
+        """The whole content of file option ``option``."""
+        _fill(self.path(option), data)
+
+    def write_in(self, option: str, name: str, data: Union[str, bytes]) -> str:
+        """File ``name`` inside folder option ``option``; returns its path as the user named the folder."""
+        out = self._output(option, folder=True)
+        if not name or os.sep in name or name in (".", ".."):
+            raise ValueError(f"not a file name: {name!r}")
+        _fill(self._temp(os.path.join(out.real, name), ""), data)
+        return os.path.join(out.value, name)
+
+    def discard(self) -> None:
+        """Remove every temporary file and every folder created for them."""
+        for tmp, _ in self._temps:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        for d in reversed(self._made):
+            with contextlib.suppress(OSError):
+                os.rmdir(d)
+        self._temps.clear()
+        self._made.clear()
+
+    def commit(self) -> None:
+        """Every temporary replaces its target, with Ctrl-C held back until all have (then it is delivered)."""
+        with _sigint_held():
+            try:
+                for tmp, target in self._temps:
+                    os.replace(tmp, target)
+            except BaseException:
+                self.discard()
+                raise
+        self._temps.clear()
+        self._made.clear()
+
+
+def _fill(path: str, data: Union[str, bytes]) -> None:
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    with open(path, "wb") as f:
+        f.write(raw)
+
+
+@contextlib.contextmanager
+def _sigint_held() -> Iterator[None]:
+    """SIGINT blocked for the block (main thread, where Python handles it); a pending one arrives after it."""
+    can = hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
+    if can:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        if can:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)

@@ -177,16 +177,48 @@ def run_catalogue(
 
 
 def run_parallel(profiles: Sequence[str], timeout_ms: int, jobs: int, options: Options = DEFAULT_OPTIONS) -> list[Result]:
-    """Profiles spread over ``jobs`` processes (Z3 is single-threaded; CI has two cores)."""
-    if jobs <= 1 or len(profiles) <= 1:
-        return run_catalogue(profiles, options, timeout_ms=timeout_ms)
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
+    """Profiles spread over ``jobs`` worker processes (Z3 is single-threaded; CI has two cores).
 
-    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
-    with ProcessPoolExecutor(max_workers=min(jobs, len(profiles)), mp_context=ctx) as pool:
+    The proofs run in workers even for one job, so Ctrl-C is the parent's alone:
+    in-process, Z3 takes a SIGINT that arrives during a check as a cancelled query
+    (and the proof goes on), and one that arrives in a Z3 object's ``__del__`` is
+    printed and ignored. The workers ignore SIGINT (they start with it blocked, so
+    not even one arriving while they start reaches them), and any exception in the
+    parent, ``KeyboardInterrupt`` included, terminates them before it propagates:
+    no worker prints a traceback or outlives the command.
+    """
+    import multiprocessing as mp
+    import signal
+
+    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        pool = ctx.Pool(max(1, min(jobs, len(profiles))), initializer=_worker_ignores_sigint)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+    try:
         parts = pool.map(_run_one_profile, [(p, timeout_ms, dict(options)) for p in profiles])
-        return [r for part in parts for r in part]
+        pool.close()
+    except BaseException:
+        pool.terminate()
+        raise
+    finally:
+        pool.join()
+    return [r for part in parts for r in part]
+
+
+def _worker_ignores_sigint() -> None:
+    """A worker leaves Ctrl-C to the parent (which ends it), and takes SIGINT again only as ignored."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    try:
+        import z3
+
+        z3.set_param("ctrl_c", False)  # Z3 installs its own SIGINT handler around a check unless told not to
+    except ImportError:  # pragma: no cover - prove needs z3 anyway
+        pass
 
 
 def _run_one_profile(job: tuple[str, int, dict]) -> list[Result]:

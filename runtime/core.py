@@ -224,7 +224,7 @@ class PolicyCore:
             flat = self._gather_rows(env.skip_row(stamp), pass_number)
             if env.all_skipped(flat, stamp):
                 return
-            env.reject(flat, pass_number, self._group, [])
+            env.reject(flat, pass_number, self._group, [], None, self._gather_again)
         except Exception as failure:
             if self._log is not None:
                 self._log.failed(pass_number, None, {}, flat, self._state, failure)
@@ -255,6 +255,12 @@ class PolicyCore:
             f"pass {pass_number}: all-gather over {self._group} failed: {type(err).__name__}: {err}{hint}",
             pass_number=pass_number, group=self._group,
         )
+
+    def _gather_again(self, row: list[int]) -> Sequence[int]:
+        """One more row through this pass's gather (a rejected pass's detail: ``runtime.failure_detail``)."""
+        if self._gather_flat is not None:
+            return self._gather_flat(row)
+        return [x for r in self._gather(row) for x in r]
 
     def _inputs_dict(self, args: Sequence[Any]) -> dict[str, Any]:
         return dict(zip(self.policy.input_names, args))
@@ -314,7 +320,7 @@ def negotiate(self, {params}):
             or flat[self._f_stamp::n].count(stamp) != self._world_size
             or any(flat[self._f_error::n])
         ):
-            self.envelope.reject(flat, pass_number, self._group, problems, clock_error)
+            self.envelope.reject(flat, pass_number, self._group, problems, clock_error, self._gather_again)
     except Exception as failure:
         if self._log is not None:
             self._log.failed(pass_number, now, self._inputs_dict(({args},)), flat, state, failure)

@@ -358,6 +358,7 @@ class DecisionLog:
         self._owns_file = False
         self._part = 0
         self._bytes = 0
+        self._header_bytes = 0
         self._pending: collections.deque[str] = collections.deque()
         self._io_lock = threading.RLock()
         self._fail_lock = threading.Lock()
@@ -552,13 +553,14 @@ class DecisionLog:
                 return
             try:
                 text = "".join(lines)
-                f.write(text)
-                f.flush()
+                size = len(text.encode()) if self._owns_file else 0
+                if self._owns_file and self._bytes + size > self.options.max_bytes:
+                    self._write_rotating(lines)
+                else:
+                    f.write(text)
+                    f.flush()
+                    self._bytes += size
                 self.lines_written += len(lines)
-                if self._owns_file:
-                    self._bytes += len(text.encode())
-                    if self._bytes >= self.options.max_bytes:
-                        self._rotate()
             except Exception as err:  # noqa: BLE001
                 self._fail("write", err)
                 self._close_file()
@@ -586,7 +588,8 @@ class DecisionLog:
         text = json.dumps({**self._header, "part": self._part}) + "\n"
         self._file.write(text)
         self._file.flush()
-        self._bytes += len(text.encode())
+        self._header_bytes = len(text.encode())
+        self._bytes += self._header_bytes
 
     def _shift(self) -> None:
         """path -> path.1 -> ... -> path.N; the oldest beyond ``backup_count`` is removed."""
@@ -604,6 +607,25 @@ class DecisionLog:
             if src.exists():
                 src.rename(f"{base}.{i + 1}")
         self.path.rename(f"{base}.1")
+
+    def _write_rotating(self, lines: list[str]) -> None:
+        """Write ``lines``, rotating before any line that would take the file past ``max_bytes``.
+
+        A file never grows past the limit, except by the one line a fresh file
+        always takes after its header (a line longer than the limit has to go somewhere).
+        """
+        for line in lines:
+            n = len(line.encode())
+            fresh = self._bytes <= self._header_bytes  # only the header so far: the line goes here whatever its size
+            if not fresh and self._bytes + n > self.options.max_bytes:
+                assert self._file is not None
+                self._file.flush()
+                self._rotate()
+            assert self._file is not None
+            self._file.write(line)
+            self._bytes += n
+        assert self._file is not None
+        self._file.flush()
 
     def _rotate(self) -> None:
         self._close_file()

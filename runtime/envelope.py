@@ -31,6 +31,7 @@ from typing import Any, NoReturn, Optional, Sequence
 from ..spec.errors import PassInputError
 from ..spec.inputs import checks_of
 from .errors import CollectiveError, ConfigMismatchError, DesyncError, PeerInputError
+from .failure_detail import Exchange, bad_values_text, config_row, differing_fields, exchanged, row_texts, text_row
 
 FIELDS = ("input_error", "config_fingerprint", "pass_stamp")
 
@@ -123,13 +124,15 @@ class Envelope:
 
     def reject(
         self, flat: Sequence[int], pass_number: int, group: str, problems: list[tuple[str, str]],
-        clock_error: Optional[BaseException] = None,
+        clock_error: Optional[BaseException] = None, exchange: Optional[Exchange] = None,
     ) -> NoReturn:
         """Raise the error the gathered rows call for; every rank reaches the same verdict.
 
         In this order: rows that are not ours (another delayer or collective),
         another configuration, rows of different passes (a skip, a repeat, a
-        restarted rank), bad inputs. Each is read from the rows alone.
+        restarted rank), bad inputs. Each is read from the rows alone. A mismatch or a peer's bad input
+        is then spelled out by one more row through ``exchange``
+        (``runtime.failure_detail``), which every rank sends alike, since the rows that call for it are the same.
         """
         if len(flat) != self.flat_len:
             raise CollectiveError(
@@ -148,7 +151,10 @@ class Envelope:
             )
         fingerprints = {rank: r[self.f_fingerprint] for rank, r in enumerate(rows)}
         if len(set(fingerprints.values())) > 1:
-            raise ConfigMismatchError(pass_number=pass_number, fingerprints=fingerprints, local_config=self.config.as_dict())
+            hashes, detail = exchanged(exchange, config_row(self.config, self.row_len), self.world_size, self.row_len)
+            differing = differing_fields(self.config, hashes, self.row_len) if hashes is not None else []
+            raise ConfigMismatchError(pass_number=pass_number, fingerprints=fingerprints, local_config=self.config.as_dict(),
+                                      differing=differing, detail=detail)
         if len(set(stamps)) > 1:
             raise DesyncError(
                 pass_number=pass_number, passes={r: pass_of(s) for r, s in enumerate(stamps)},
@@ -168,7 +174,9 @@ class Envelope:
         if local is not None and clock_error is not None:
             local.__cause__ = clock_error
         if bad:
-            raise PeerInputError(pass_number=pass_number, bad_fields=bad) from local
+            texts, detail = exchanged(exchange, text_row(bad_values_text(problems), self.row_len), self.world_size, self.row_len)
+            values = {rank: t for rank, t in enumerate(row_texts(texts, self.row_len)) if t and rank in bad} if texts else {}
+            raise PeerInputError(pass_number=pass_number, bad_fields=bad, bad_values=values, detail=detail) from local
         if local is not None:  # the gather dropped our error mask: still refuse the pass
             raise local
         # One fingerprint and one stamp on every row, but not this rank's: the gather lost this rank's own row.

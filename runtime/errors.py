@@ -50,22 +50,31 @@ class ConfigMismatchError(_Picklable, ConfigError):
 
     Detected from the configuration fingerprint every row carries, on the first
     pass; every rank raises it with the same message. ``fingerprints`` maps each
-    rank to the fingerprint it sent.
+    rank to the fingerprint it sent; ``differing`` names the configuration fields
+    that differ (``runtime.failure_detail``: the ranks compare field hashes once
+    the fingerprints disagree), empty when they could not be told (``detail``
+    then says why).
     """
 
-    def __init__(self, *, pass_number: int, fingerprints: Mapping[int, int], local_config: Mapping[str, object]) -> None:
+    def __init__(self, *, pass_number: int, fingerprints: Mapping[int, int], local_config: Mapping[str, object],
+                 differing: Sequence[str] = (), detail: str = "") -> None:
         groups: dict[int, list[int]] = {}
         for rank, fp in fingerprints.items():
             groups.setdefault(fp, []).append(rank)
         parts = "; ".join(f"{_ranks(ranks)}: fingerprint {fp:#018x}" for fp, ranks in groups.items())
-        super().__init__(
-            f"pass {pass_number}: ranks of the group were built with different PrefillDelayer "
-            f"configurations ({parts}); build every rank with the same max_delay_passes, "
-            f"token_usage_low_watermark, server_args, dp_size, attn_tp_size and profile"
-        )
+        head = f"pass {pass_number}: ranks of the group were built with different PrefillDelayer configurations"
+        if differing:
+            fields = ", ".join(differing)
+            message = f"{head}: they differ in {fields} ({parts}); build every rank with the same {fields}"
+        else:
+            unknown = f"; which field differs is unknown: {detail}" if detail else ""
+            message = (f"{head} ({parts}{unknown}); build every rank with the same max_delay_passes, "
+                       "token_usage_low_watermark, server_args, dp_size, attn_tp_size and profile")
+        super().__init__(message)
         self.pass_number = pass_number
         self.fingerprints = dict(fingerprints)
         self.local_config = dict(local_config)
+        self.differing = tuple(differing)
 
 
 class PeerInputError(_Picklable, PassInputError):
@@ -74,14 +83,20 @@ class PeerInputError(_Picklable, PassInputError):
     Every rank raises it with the same message, naming the offending ranks and
     fields (what the gathered error mask carries). On an offending rank the
     exception is chained (``__cause__``) to the detailed local ``PassInputError``.
-    ``bad_fields`` maps each offending rank to its bad field names.
+    ``bad_fields`` maps each offending rank to its bad field names, ``bad_values``
+    to the ``field=value`` text it sent once the rows showed the error
+    (``runtime.failure_detail``; absent when it could not be had: ``detail`` says why).
     """
 
-    def __init__(self, *, pass_number: int, bad_fields: Mapping[int, Sequence[str]]) -> None:
-        parts = "; ".join(f"rank {rank}: {', '.join(fields)}" for rank, fields in bad_fields.items())
-        super().__init__(f"pass {pass_number}: invalid negotiate input on {_ranks(list(bad_fields))} ({parts})")
+    def __init__(self, *, pass_number: int, bad_fields: Mapping[int, Sequence[str]],
+                 bad_values: Optional[Mapping[int, str]] = None, detail: str = "") -> None:
+        values = dict(bad_values or {})
+        parts = "; ".join(f"rank {rank}: {values.get(rank) or ', '.join(fields)}" for rank, fields in bad_fields.items())
+        unknown = f"; the values are unknown: {detail}" if detail and not values else ""
+        super().__init__(f"pass {pass_number}: invalid negotiate input on {_ranks(list(bad_fields))} ({parts}){unknown}")
         self.pass_number = pass_number
         self.bad_fields = {rank: tuple(fields) for rank, fields in bad_fields.items()}
+        self.bad_values = values
 
 
 class DesyncError(CollectiveError):

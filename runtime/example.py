@@ -20,6 +20,8 @@ log (``PREFILL_DELAYER_DECISION_LOG=DIR``) and a ``prefill-delayer check-log``.
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import random
 import sys
 import time
@@ -27,12 +29,14 @@ import warnings
 from datetime import timedelta
 from typing import Optional
 
-from ..spec.registry import DEFAULT_PROFILE, all_profiles, policy_of
+from ..spec.errors import ConfigError
+from ..spec.fields import reason_name
+from ..spec.registry import DEFAULT_PROFILE, host_profiles, resolve_host_profile
 from .delayer import PrefillDelayer, PrefillDelayerSinglePassExecutor
 from .server_args import ServerArgs
 
 # The profiles SGLang's delayer call sites (this example's) can drive.
-PROFILES = tuple(p for p in all_profiles() if policy_of(p).host is not None)
+PROFILES = host_profiles()
 
 
 def workload(rank: int, world: int, k: int) -> tuple[bool, float, int, int, int, int]:
@@ -65,16 +69,51 @@ def mixed_workload(rank: int, world: int, k: int) -> tuple[bool, float, int, int
     return True, 0.9, 10, 8, 1024, 40
 
 
+LAUNCHER_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def _say(problem: str) -> None:
+    """One line on stderr, from the first rank only: the other ranks hit the same problem (same arguments, same
+    environment) and would only repeat it."""
+    if os.environ.get("RANK", "0") == "0":
+        print(f"prefill-delayer example: {problem}", file=sys.stderr)
+
+
+def _problem(args: argparse.Namespace) -> Optional[str]:
+    """The first bad option, before the process group is joined."""
+    if args.passes < 1:
+        return f"--passes must be an integer >= 1, got {args.passes}"
+    for name in ("timeout_s", "pass_ms", "max_delay_ms"):
+        value = getattr(args, name)
+        if not (math.isfinite(value) and value > 0):
+            return f"--{name.replace('_', '-')} must be a number > 0, got {value}"
+    try:
+        args.profile = resolve_host_profile(args.profile)
+    except ConfigError as err:
+        return f"--profile: {err}"
+    missing = [v for v in LAUNCHER_ENV if not os.environ.get(v)]
+    if missing:
+        return (f"run it under a launcher that sets {', '.join(missing)}: "
+                "torchrun --nproc-per-node N -m prefill_delayer.runtime.example")
+    return None
+
+
 def main(argv: Optional[list[str]] = None) -> int:
+    """Exit 2 with one line (the first rank's) for a bad option or configuration, on every rank alike."""
     parser = argparse.ArgumentParser(prog="torchrun --nproc-per-node N -m prefill_delayer.runtime.example")
-    parser.add_argument("--passes", type=int, default=8)
-    parser.add_argument("--profile", choices=PROFILES, default=DEFAULT_PROFILE)
+    parser.add_argument("--passes", type=int, default=8, help="passes per rank (default 8)")
+    parser.add_argument("--profile", default=DEFAULT_PROFILE, metavar="NAME",
+                        help=f"{', '.join(PROFILES)}, or sglang-X for a release X (default {DEFAULT_PROFILE})")
     parser.add_argument("--max-delay-passes", type=int, default=3)
     parser.add_argument("--timeout-s", type=float, default=30.0, help="collective timeout of the process group")
     parser.add_argument("--workload", choices=("scripted", "mixed"), default="scripted")
     parser.add_argument("--pass-ms", type=float, default=2.0, help="mixed workload: time between passes (default 2)")
     parser.add_argument("--max-delay-ms", type=float, default=10.0, help="mixed workload: queue trigger timeout (default 10)")
     args = parser.parse_args(argv)
+    problem = _problem(args)
+    if problem is not None:
+        _say(problem)
+        return 2
     mixed = args.workload == "mixed"
 
     warnings.filterwarnings("ignore", message=r".*NumPy.*")
@@ -83,16 +122,20 @@ def main(argv: Optional[list[str]] = None) -> int:
     dist.init_process_group("gloo", init_method="env://", timeout=timedelta(seconds=args.timeout_s))
     try:
         rank, world = dist.get_rank(), dist.get_world_size()
-        delayer = PrefillDelayer(
-            dp_size=world,
-            attn_tp_size=1,
-            cpu_group=dist.group.WORLD,
-            server_args=ServerArgs(enable_dp_attention=True, prefill_delayer_queue_min_ratio=0.5 if mixed else None,
-                                   prefill_delayer_max_delay_ms=args.max_delay_ms if mixed else None),
-            max_delay_passes=args.max_delay_passes,
-            token_usage_low_watermark=0.5,
-            profile=args.profile,
-        )
+        try:
+            delayer = PrefillDelayer(
+                dp_size=world,
+                attn_tp_size=1,
+                cpu_group=dist.group.WORLD,
+                server_args=ServerArgs(enable_dp_attention=True, prefill_delayer_queue_min_ratio=0.5 if mixed else None,
+                                       prefill_delayer_max_delay_ms=args.max_delay_ms if mixed else None),
+                max_delay_passes=args.max_delay_passes,
+                token_usage_low_watermark=0.5,
+                profile=args.profile,
+            )
+        except ConfigError as err:  # an option or PREFILL_DELAYER_DECISION_LOG_*: the same on every rank
+            _say(str(err))
+            return 2
         lines = []
         reasons: dict[str, int] = {}
         next_pass = time.perf_counter()
@@ -106,10 +149,11 @@ def main(argv: Optional[list[str]] = None) -> int:
             executor.finalize(actual_prefill=allow)  # negotiates as not prefillable if nothing did
             d = executor._result
             assert d is not None
-            reasons[d.output_reason or "none"] = reasons.get(d.output_reason or "none", 0) + 1
+            reason = reason_name(d.output_reason)  # as check-log names it
+            reasons[reason] = reasons.get(reason, 0) + 1
             lines.append(
                 f"[rank {rank}/{world}] pass {k}: prefillable={prefillable!s:5} -> allow={d.output_allow!s:5} "
-                f"reason={d.output_reason or '-':15} input={d.input_estimation:5} "
+                f"reason={reason:16} input={d.input_estimation:5} "
                 f"waited={d.wait_forward_passes} state={delayer.state.control}"
             )
         if mixed:  # one line per rank: the decision log has every pass

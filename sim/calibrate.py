@@ -1,6 +1,6 @@
-"""Reproduce docs/simulation.md: the two calibration scenarios, their tables and figures.
+"""Reproduce docs/simulation.md: the two calibration scenarios, the benchmark suite, their tables and figures.
 
-    python -m prefill_delayer.sim.calibrate [--out docs] [--drifts 24]
+    python -m prefill_delayer.sim.calibrate [--out docs] [--drifts 24] [--policies-only] [--suite default] [--only-suite]
 
 Every run is a ``prefill-delayer simulate`` command line (printed above its
 table), so each number in the document can be re-run on its own.
@@ -146,6 +146,101 @@ def sensitivity() -> str:
     return "\n".join(rows)
 
 
+# Every policy of the spec, each profile: SGLang's releases and ours, the gate, and the other engines' policies.
+# The gate and vLLM's cadence do nothing at their defaults (interval 0 and 1): both run at an interval of 4.
+POLICY_PROFILES = ("off", "sglang-0.5.23", "hardened", "pdi-0.5.23", "pdi-hardened", "vllm-0.33.0", "cadence-hardened",
+                   "trtllm-adp-balance", "adp-hardened", "atom-coalescer", "atom-coalescer-1611",
+                   "atom-coalescer-hardened", "atom-930", "atom-930-hardened", "lockstep", "lockstep-hardened")
+POLICY_SETS = ("--set", "prefill_decode_interval=4", "--set", "prefill_schedule_interval=4")
+# The Poisson load: #32880's engine (DP=16, the 0.20 s decode floor) without its refill wave.
+POISSON = ("--workload", "poisson", "--dp-size", "16", "--max-running-requests", "128", "--max-total-tokens", "1300000",
+           "--chunked-prefill-size", "8192", "--prompt-tokens", "2000:6000", "--output-tokens", "500:1500", "--cost-floor", "0.2",
+           "--passes", "1000000", "--duration", "600", "--warmup", "120")
+OVERLOAD_RATE = 10.0  # req/s: more than the engine serves without a policy, so what it completes is its capacity
+
+
+def saturated_rate() -> float:
+    """Requests per second the engine completes without a policy when offered more than it can serve."""
+    (r,) = run([*POISSON, "--rate", f"{OVERLOAD_RATE:g}", "--profile", "off"])
+    s = r.summary()
+    return s.completed / s.sim_seconds
+
+
+def _runs(s) -> str:
+    return f"{s.delay_runs}, {s.delay_run_mean:.1f}, {s.delay_run_max}" if s.delay_runs else "0"
+
+
+def _ttft(v) -> str:
+    return "-" if v is None else f"{v:.2f} s" if v < 10 else f"{v:.0f} s"
+
+
+def policy_table(results: Sequence[RunResult]) -> str:
+    rows = ["| profile | input tok/s | TTFT p50 | TTFT p99 | unserved | mixed passes | prefill/idle split passes "
+            "| delay/hold runs: n, mean, max |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        s = r.summary()
+        rows.append(f"| {r.variant.label} | {s.input_tok_s / 1000:.1f}k | {_ttft(s.ttft_p50_s)} | {_ttft(s.ttft_p99_s)} "
+                    f"| {s.unserved} | {100 * s.mixed_share:.1f}% | {100 * s.split_share:.1f}% | {_runs(s)} |")
+    return "\n".join(rows)
+
+
+def policies(out: Path) -> str:
+    """Every policy's profiles on the calibration scenarios and on Poisson at 50%, 80% and 100% of saturation."""
+    profiles = [a for p in POLICY_PROFILES for a in ("--profile", p)]
+    sat = saturated_rate()
+    workloads = {
+        "#32880": ["--scenario", "32880"],
+        "#35241": ["--scenario", "35241"],
+        f"#35241 drifted {DRIFTED}": ["--scenario", "35241", "--drift", DRIFTED],
+        **{f"Poisson {pct}%": [*POISSON, "--rate", f"{sat * pct / 100:.3f}"] for pct in (50, 80, 100)},
+    }
+    parts = [f"Saturated throughput: `off` offered {OVERLOAD_RATE:g} req/s on `{' '.join(POISSON)}` completes "
+             f"{sat:.3f} req/s in its window; the Poisson rates are 50%, 80% and 100% of that. Each command's "
+             f"`--profile ...` is `--profile` once for each of: {', '.join(POLICY_PROFILES)}."]
+    table: dict[str, list[RunResult]] = {}
+    for name, argv in workloads.items():
+        start = time.perf_counter()
+        results = run([*argv, *profiles, *POLICY_SETS])
+        table[name] = results
+        parts += ["", f"### {name}", "", "```", "prefill-delayer simulate " + " ".join([*argv, "--profile ...", *POLICY_SETS]),
+                  "```", "", f"({time.perf_counter() - start:.0f} s wall for {len(results)} profiles)", "",
+                  policy_table(results)]
+    _policies_plot(table, out / "sim-policies.png")
+    return "\n".join(parts)
+
+
+def _policies_plot(table: dict[str, list[RunResult]], path: Path) -> None:
+    """Input throughput relative to ``off`` and TTFT p99, per profile, one marker per workload."""
+    from .plot import _pyplot, _shrink
+
+    plt = _pyplot()
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10.0, 6.6), dpi=80, sharex=True)
+    markers = "osD^vP"
+    labels = [r.variant.label for r in next(iter(table.values()))]
+    xs = range(len(labels))
+    for (name, results), marker in zip(table.items(), markers):
+        off = next(r.summary().input_tok_s for r in results if r.variant.profile is None) or 1.0
+        top.plot(xs, [r.summary().input_tok_s / off for r in results], marker=marker, ls="-", lw=0.8, ms=5, label=name)
+        bottom.plot(xs, [r.summary().ttft_p99_s or float("nan") for r in results], marker=marker, ls="-", lw=0.8, ms=5,
+                    label=name)
+    top.axhline(1.0, color="#7f7f7f", lw=0.8, ls="--")
+    top.set_ylabel("input tok/s / off's", fontsize=9)
+    fig.suptitle("Every policy on the calibration scenarios and on Poisson at 50/80/100% of saturation", fontsize=10)
+    handles, names = top.get_legend_handles_labels()
+    fig.legend(handles, names, fontsize=8, ncol=len(names), loc="upper center", bbox_to_anchor=(0.5, 0.955),
+               frameon=False, handletextpad=0.3, columnspacing=1.0)
+    bottom.set_yscale("log")
+    bottom.set_ylabel("TTFT p99, s (log)", fontsize=9)
+    bottom.set_xticks(list(xs), labels, rotation=40, ha="right", fontsize=8)
+    for ax in (top, bottom):
+        ax.tick_params(labelsize=8)
+        ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    _shrink(str(path))
+
+
 def _regimes_plot(values: dict[str, list[float]], path: Path) -> None:
     from .plot import _pyplot, _shrink
 
@@ -167,14 +262,40 @@ def _regimes_plot(values: dict[str, list[float]], path: Path) -> None:
     _shrink(str(path))
 
 
+def suite_section(out: Path, name: str) -> str:
+    """``prefill-delayer simulate --suite NAME``'s table for the default profiles, and its figure."""
+    from .suite_run import default_profiles, plot, report, run_suite
+
+    argv = ["--suite", name, "--plot", str(out / "sim-suite.png")]
+    parser = argparse.ArgumentParser(prog="prefill-delayer simulate")
+    add_arguments(parser)
+    s, given = option_settings(parser.parse_args(argv))
+    started = time.perf_counter()
+    cases, rows = run_suite(name, default_profiles(), s, given)
+    print(f"(suite {name}: {len(rows)} runs in {time.perf_counter() - started:.0f} s)", file=sys.stderr)
+    plot(cases, rows, s["plot"], f"suite {name}: every policy as a fraction of the bound")
+    return "\n".join([f"### The suite `{name}`", "", "```", "prefill-delayer simulate " + " ".join(argv), "```", "",
+                      report(name, cases, rows)])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m prefill_delayer.sim.calibrate", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="docs", help="folder for the PNGs (default: docs)")
     p.add_argument("--drifts", type=int, default=24, help="initial drifts in the #35241 regime sweep (default 24)")
+    p.add_argument("--policies-only", action="store_true", help="only the comparison of every policy (and its figure)")
+    p.add_argument("--suite", default="default", help="the benchmark suite whose table ends the document (default: default; none: leave it out)")
+    p.add_argument("--only-suite", action="store_true", help="print the suite's section only")
     args = p.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
+    if args.policies_only:
+        print("## Every policy side by side\n\n" + policies(out))
+        print(f"\n(policies: {time.perf_counter() - start:.0f} s)", file=sys.stderr)
+        return 0
+    if args.only_suite:
+        print(suite_section(out, args.suite))
+        return 0
     sections = []
 
     argv1 = ["--scenario", "32880", "--plot", str(out / "sim-32880.png")]
@@ -205,6 +326,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv5 = ["--scenario", "35241", "--drift", "1,0,0,0,0,0,0,0", "--profile", "seed", "--profile", "off"]
     sections.append(section("#35241, one rank a chunk ahead", argv5, run(argv5)))
     sections.append("### #35241 over many initial drifts\n\n" + regimes(out, args.drifts))
+    sections.append("## Every policy side by side\n\n" + policies(out))
+    if args.suite != "none":
+        sections.append(suite_section(out, args.suite))
     print("\n\n".join(sections))
     print(f"\n(calibration: {time.perf_counter() - start:.0f} s)", file=sys.stderr)
     return 0

@@ -10,10 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 from typing import Any, Optional, TextIO
 
-from ..files import out_file_problem
+from ..files import Outputs
 from .config import SimConfig, Variant
 from .cost import SGLANG_32880, SGLANG_35241, CostModel
 from .engine import simulate
@@ -36,6 +35,9 @@ _APPLIES = {
     "trace": ("trace",),
 }
 _WORKLOAD_KEYS = (*_APPLIES, "wave", "wave_prompt_tokens", "wave_output_tokens")
+# sim.plot saves the figure, then re-saves it as a palette PNG (its ``_shrink``): PNG is all it writes.
+PLOT_SUFFIXES = (".png",)
+MAX_DP_SIZE = 256  # a pass's cost grows with the ranks (every rank's gather); past this one pass takes seconds
 _REQUIRED = {
     "poisson": ("rate", "prompt_tokens", "output_tokens"),
     "bursty": ("rate", "burst", "prompt_tokens", "output_tokens"),
@@ -57,11 +59,22 @@ def build(args: argparse.Namespace) -> tuple[SimConfig, list[Variant], Workload,
         for key in _WORKLOAD_KEYS:
             if key not in given:
                 s[key] = None
-    for problem in (out_file_problem("--json", s["json"]), out_file_problem("--plot", s["plot"])):
-        if problem:
-            raise SimInputError(problem)
+    problem = outputs(s).problem()
+    if problem:
+        raise SimInputError(problem)
+    if s["plot"] is not None:
+        from .plot import _pyplot
+
+        _pyplot()  # matplotlib is there, before the run rather than after it
     if "duration" in given and "passes" not in given:
         s["passes"] = sys.maxsize  # --duration alone: the run ends at that simulated time, not at 10,000 passes
+    dp = s["dp_size"]
+    if isinstance(dp, bool) or not isinstance(dp, int) or not 1 <= dp <= MAX_DP_SIZE:
+        raise SimInputError(f"--dp-size must be an integer in [1, {MAX_DP_SIZE}], got {dp!r}")
+    warmup, duration = s["warmup"], s["duration"]
+    if isinstance(warmup, (int, float)) and isinstance(duration, (int, float)) and 0 < duration <= warmup:
+        raise SimInputError(f"--warmup {warmup:g} must be shorter than --duration {duration:g}: the tables measure the "
+                            "simulated time after the warm-up, and none would be left")
     config = _config(s)
     workload = _workload(s, given, config)
     tracker = s["tracker"]
@@ -72,7 +85,7 @@ def build(args: argparse.Namespace) -> tuple[SimConfig, list[Variant], Workload,
     for v in variants:  # every profile can be simulated, with its settings, before any run starts
         if v.profile is not None:
             binding_of(v.profile)
-            policy_config(v.profile, config.dp_size, config.delayer_settings(), config.policy_params)
+            policy_config(v.profile, config.dp_size, config.policy_settings(), config.policy_params)
             if config.scheduler == "sglang" and policy_of(v.profile).host is None:
                 raise SimInputError(f"--scheduler sglang: profile {v.profile!r} is {policy_of(v.profile).title}, which "
                                     "SGLang's delayer call sites do not drive: simulate it with --scheduler model")
@@ -81,6 +94,11 @@ def build(args: argparse.Namespace) -> tuple[SimConfig, list[Variant], Workload,
 
         require_scheduler()  # one line and exit 2 where SGLang's scheduler does not import
     return config, variants, workload, s
+
+
+def outputs(s: dict[str, Any]) -> Outputs:
+    """``--json`` and ``--plot``; neither may be the ``--trace`` the run reads."""
+    return Outputs([s["trace"]] if s["trace"] else []).file("--json", s["json"]).file("--plot", s["plot"], suffixes=PLOT_SUFFIXES)
 
 
 COSTS = {"35241": SGLANG_35241, "32880": SGLANG_32880}
@@ -142,6 +160,7 @@ def _workload(s: dict[str, Any], given: set[str], config: SimConfig) -> Workload
     else:
         prompt = Lengths.parse(s["prompt_tokens"], "--prompt-tokens")
         output = Lengths.parse(s["output_tokens"], "--output-tokens")
+        _rate_within_capacity(s["rate"], config)
         if kind == "poisson":
             main = Poisson(rate=s["rate"], prompt=prompt, output=output)
         elif kind == "bursty":
@@ -163,6 +182,20 @@ def _workload(s: dict[str, Any], given: set[str], config: SimConfig) -> Workload
         output=Lengths.parse(wave_output, "--wave-output-tokens"),
     )
     return Mix((burst, main))
+
+
+def _rate_within_capacity(rate: Any, config: SimConfig) -> None:
+    """Refuse an arrival rate past anything the group could run: more requests arriving in one shortest pass than
+    every rank's running slots together. Such a run never ends its passes (each pass admits a flood of arrivals)
+    and its queues grow without bound; no comparison is read from it."""
+    if rate is None or isinstance(rate, bool) or not isinstance(rate, (int, float)):
+        return
+    slots = config.dp_size * config.max_running_requests
+    if rate * config.cost.floor_s > slots:
+        raise SimInputError(
+            f"--rate {rate:g}: {rate * config.cost.floor_s:,.0f} requests would arrive in one {config.cost.floor_s:g} s pass, "
+            f"more than the {slots} requests all {config.dp_size} ranks run at once; at most "
+            f"{slots / config.cost.floor_s:,.0f} req/s here")
 
 
 def _drift(text: Optional[str], dp_size: int) -> tuple:
@@ -221,20 +254,34 @@ class ProgressBar:
 def main(args: argparse.Namespace, stdout: Optional[TextIO] = None, stderr: Optional[TextIO] = None) -> int:
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
+    if getattr(args, "suite", None) is not None:
+        from .suite_run import main as suite
+
+        return suite(args, stdout, stderr)
     config, variants, workload, s = build(args)
     given = settings(args)[1]
     show = s["progress"]
     if show == PROGRESS_AUTO:
         show = stderr.isatty()
     progress = ProgressBar(config, stderr) if show else None
-    results = simulate(config, variants, workload, progress)
-    stdout.write(report(results) + "\n")
-    if s["json"]:
-        _write(s["json"], to_json(results, s["scenario"]) + "\n")
-    if s["plot"]:
-        from .plot import plot
+    try:
+        results = simulate(config, variants, workload, progress)
+    except KeyboardInterrupt:
+        if progress is not None:
+            stderr.write("\n")  # end the progress bar's line: the interrupt is said on a line of its own
+        raise
+    with outputs(s).writing() as out:  # both files or neither
+        if s["plot"] is not None:
+            from .plot import plot
 
-        plot(results, s["plot"], title=plot_title(s, given))
+            staged = out.path("--plot")
+            try:
+                plot(results, staged, title=plot_title(s, given))
+            except SimInputError as exc:
+                raise SimInputError(str(exc).replace(staged, s["plot"])) from None
+        if s["json"] is not None:
+            out.write("--json", to_json(results, s["scenario"]) + "\n")
+    stdout.write(report(results) + "\n")
     return 0
 
 
@@ -250,15 +297,6 @@ def plot_title(s: dict[str, Any], given: set[str]) -> str:
     if base and changed:
         return f"{base} ({changed})"
     return base or changed
-
-
-def _write(path: str, text: str) -> None:
-    try:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-    except OSError as exc:
-        raise SimInputError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -18,6 +18,8 @@ GATHERS = ("lockstep", "threads")
 # SGLang's --prefill-delayer-* settings (and --prefill-max-requests) the simulated scheduler passes its policy,
 # checked by the default policy's own parameters.
 DELAYER_SETTINGS = ("max_delay_passes", "token_usage_low_watermark", "queue_min_ratio", "max_delay_ms", "prefill_max_requests")
+# The scheduler's settings a policy's parameters may stand for (a budget, a slot count), by SGLang's names.
+SCHEDULER_SETTINGS = ("max_running_requests", "max_total_tokens", "chunked_prefill_size", "max_prefill_tokens", "page_size")
 MODEL, SGLANG = "model", "sglang"
 SCHEDULERS = (MODEL, SGLANG)  # the model of SGLang 0.5.23's scheduler, or SGLang 0.5.23's own code
 OFF = "off"  # the variant without a delayer (SGLang without --enable-prefill-delayer)
@@ -127,6 +129,11 @@ class SimConfig:
     def delayer_settings(self) -> dict[str, Any]:
         """SGLang's delayer options of this run, by name (a policy takes those it has a parameter of)."""
         return {name: getattr(self, name) for name in DELAYER_SETTINGS}
+
+    def policy_settings(self) -> dict[str, Any]:
+        """What a simulated policy may take of this run: the delayer options, and the scheduler's own settings
+        (per rank) that a ``SimBinding.params`` maps onto parameters of its policy."""
+        return {**self.delayer_settings(), **{name: getattr(self, name) for name in SCHEDULER_SETTINGS}}
 
     def replace(self, **changes: Any) -> "SimConfig":
         return replace(self, **changes)

@@ -23,6 +23,8 @@ rank has anything to do the clock jumps to the next arrival (no pass).
 from __future__ import annotations
 
 import math
+import sys
+from dataclasses import replace
 from typing import Callable, Optional, Sequence
 
 from ..runtime.core import PolicyCore
@@ -121,7 +123,7 @@ def run_variant(config: SimConfig, variant: Variant, workload: Workload, progres
 
             group = SGLangGroup(config, variant, workload, outcomes, gather, clock)
         else:
-            policy_conf = policy_config(variant.profile, dp, config.delayer_settings(), config.policy_params) \
+            policy_conf = policy_config(variant.profile, dp, config.policy_settings(), config.policy_params) \
                 if binding is not None else None
             group = ModelGroup([
                 RankScheduler(
@@ -175,7 +177,7 @@ class ModelGroup:
         ranks, dp = self.ranks, len(self.ranks)
         gens, asks, batches = [], [], [None] * dp
         for i, r in enumerate(ranks):
-            gen = r.schedule()
+            gen = r.schedule(now)
             try:
                 asks.append(next(gen))
                 gens.append(gen)
@@ -288,6 +290,7 @@ def _loop(config: SimConfig, variant: Variant, group, source, clock_now, result:
         if progress is not None and done % report_every == 0:
             progress(label, done, passes, now)
     result.finish(now, requests)
+    result.capped = done >= passes  # ended by the pass cap, not at --duration or with nothing left to do
     result.negotiations = group.negotiations()
     result.peak_kv = group.peak_kv()
     if progress is not None:
@@ -329,7 +332,28 @@ def simulate(config: SimConfig, variants: Sequence[Variant], workload: Workload,
     if not variants:
         raise SimInputError("no profile to simulate")
     check_fits(config, workload)
-    return [run_variant(config, v, workload, progress) for v in variants]
+    results = [run_variant(config, v, workload, progress) for v in variants]
+    return same_window(config, variants, workload, results, progress)
+
+
+def same_window(config: SimConfig, variants: Sequence[Variant], workload: Workload, results: list[RunResult],
+                progress: Optional[Progress] = None) -> list[RunResult]:
+    """Every profile over the same simulated time: a pass cap ends each run at another time (a slower profile's
+    passes take longer), so the runs that went past the earliest capped end are run again up to it, uncapped.
+
+    A comparison over unequal times inflates the slower profiles' TTFT and unserved requests.
+    """
+    capped = [r.end_s for r in results if r.capped]
+    if not capped:
+        return results
+    horizon = min(capped)
+    if horizon <= config.warmup_s:
+        first = next(r for r in results if r.capped and r.end_s == horizon)
+        raise SimInputError(
+            f"--passes {config.passes} ends profile {first.variant.label} at {horizon:.1f} simulated s, inside the "
+            f"{config.warmup_s:g} s --warmup: nothing would be measured; raise --passes or shorten --warmup")
+    again = replace(config, passes=sys.maxsize, duration_s=horizon)
+    return [run_variant(again, v, workload, progress) if r.end_s > horizon else r for v, r in zip(variants, results)]
 
 
 __all__ = ["check_fits", "run_variant", "simulate"]

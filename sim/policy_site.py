@@ -13,7 +13,7 @@ most once, then ``finalize``, which negotiates the idle inputs when nothing aske
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
 from ..runtime.core import PolicyCore
 from ..spec.errors import ConfigError
@@ -26,15 +26,26 @@ _LAYOUT = frozenset({"profile", "dp_size", "attn_tp_size", "attn_cp_size", "enab
 
 
 class Facts(NamedTuple):
-    """What a simulated rank's scheduler knows at the start of a pass: every ``SimBinding`` reads these."""
+    """What a simulated rank's scheduler knows at the start of a pass: every ``SimBinding`` reads these.
 
-    token_usage: float
-    running_batch: int
+    Each is read from the rank model's state (``rank.RankScheduler.facts``), never set by a policy.
+    """
+
+    token_usage: float  # KV tokens held / the pool's capacity
+    running_batch: int  # requests in the running batch: past their prefill, decoding (a chunk in progress is not one)
     max_prefill_bs: int
     max_running_requests: int
     waiting_queue_len: int
     extended: bool  # the rank's previous pass ran a prefill (extend) batch
     prefillable: bool  # the rank has prefill work: a waiting request or a chunk in progress
+    pending_prefill_tokens: int = 0  # prompt tokens still to prefill: the waiting prompts plus the chunk's rest
+    chunk_in_progress: bool = False  # a chunked prefill is part-way: its next chunk is this pass's (add_chunked_req)
+    chunk_tokens_left: int = 0  # the prompt tokens the chunk in progress has still to prefill
+    head_fits: bool = False  # the head of the queue could be admitted now: a request slot, and KV for its prompt
+    oldest_wait_s: float = 0.0  # how long the oldest waiting request has queued, simulated seconds (0: none waits)
+    backlog: bool = False  # the last pass whose admission ran left requests waiting
+    has_requests: bool = False  # the rank holds unfinished requests: waiting, chunked or running
+    prefill_budget: int = 0  # the tokens one prefill pass may take (chunked_prefill_size)
 
 
 def binding_of(profile: str) -> Any:
@@ -50,15 +61,17 @@ def binding_of(profile: str) -> Any:
     return policy.sim
 
 
-def policy_config(profile: str, dp_size: int, settings: dict[str, Any], sets: Sequence[tuple[str, Any]] = ()) -> Any:
+def policy_config(profile: str, dp_size: int, settings: Mapping[str, Any], sets: Sequence[tuple[str, Any]] = ()) -> Any:
     """The policy's configuration for ``dp_size`` DP ranks of one attention rank each (DP attention on).
 
-    ``settings`` (the simulated scheduler's options) and ``sets`` (``--set NAME=VALUE``)
-    are taken where the policy has a parameter of that name.
+    ``settings`` (the simulated scheduler's options, ``SimConfig.policy_settings``) are taken where the
+    policy has a parameter of that name, and where its ``SimBinding.params`` says one stands for another
+    of its parameters; ``sets`` (``--set NAME=VALUE``) win over both.
     """
     policy = policy_of(profile)
     names = {p.name for p in policy.params} - _LAYOUT
-    values = {k: v for k, v in settings.items() if k in names and v is not None}
+    values = dict(policy.sim.params(settings)) if policy.sim is not None else {}
+    values.update((k, v) for k, v in settings.items() if k in names and v is not None)
     values.update((k, v) for k, v in sets if k in names)
     try:
         return policy.config_cls(profile=profile, dp_size=dp_size, attn_tp_size=1, attn_cp_size=1,
@@ -105,6 +118,17 @@ class PolicySite:
         if self._decision is None:
             self._decision = self.core.negotiate(*self.binding.inputs(self._facts))
         return bool(self._decision.output_allow)
+
+    @property
+    def gates_partial_chunk(self) -> bool:
+        """Whether this pass's refusal holds the chunk in progress too (the binding's declaration)."""
+        return bool(self.binding.gates_partial_chunk)
+
+    def prefill_phase(self) -> bool:
+        """After ``finalize``: whether the pass's decision makes it a prefill phase, where a rank without a
+        prefill batch idles instead of decoding (the binding's ``prefill_phase``; none: never)."""
+        phase = self.binding.prefill_phase
+        return phase is not None and self._decision is not None and bool(phase(self._decision))
 
     def finalize(self, *, actual_prefill: bool) -> None:
         """End of pass: negotiate the idle inputs if nothing asked (one collective per pass), record, finalize."""

@@ -98,6 +98,10 @@ class RankScheduler:
         self.extended = False  # the previous pass ran a prefill batch
         self.had_work = False  # this pass started with a waiting request or a chunk in progress
         self.gate_refused = False  # a policy consulted before admission deferred this pass's prefill
+        self.chunk_held = False  # this pass's refusal held the chunk in progress (``SimBinding.gates_partial_chunk``)
+        self.idled = False  # a prefill phase idled this rank's decode (``SimBinding.prefill_phase``)
+        self.backlog = False  # the last pass whose admission ran left requests waiting
+        self._waiting_tokens = 0  # the prompt tokens of the waiting queue
         self.negotiated: Optional[NegotiateArgs] = None
         self.negotiated_for_chunk = False  # the call site was add_chunked_req (the verdict is ignored)
         self.verdict: Optional[bool] = None
@@ -150,6 +154,7 @@ class RankScheduler:
             self.dropped_health_checks += 1
             return False
         self.waiting.append(req)
+        self._waiting_tokens += req.prompt
         if req.output > self._max_output:
             self._max_output = req.output
         return True
@@ -172,11 +177,35 @@ class RankScheduler:
         # whenever one rank had work.
         return not self.running and self.chunked is None and not self.waiting and not group_ran
 
+    def facts(self, now: float) -> Facts:
+        """What this rank's scheduler knows at the start of the pass at ``now``: the policy's inputs come from these."""
+        waiting, chunked, running = self.waiting, self.chunked, self.running
+        n_running = len(running)
+        left = chunked.prompt - chunked.prefilled if chunked is not None else 0
+        head_fits = False
+        if waiting and n_running < self._mrr and not (self.batch_is_full and n_running):
+            # can_allocate_prefill for the head alone: its page-rounded prompt and a page, beyond what the
+            # running requests have reserved for their outputs (and, with mixed chunks, their decode tokens)
+            reserved = self._clipped_left + (n_running if self._mixed else 0)
+            head_fits = _ceil(waiting[0].prompt, self._page) + self._page <= self._capacity - self.allocated - reserved
+        return Facts(
+            self.allocated / self._capacity, n_running, self.tracker.value, self._mrr, len(waiting), self.extended,
+            bool(waiting) or chunked is not None,
+            pending_prefill_tokens=self._waiting_tokens + left,
+            chunk_in_progress=chunked is not None,
+            chunk_tokens_left=left,
+            head_fits=head_fits,
+            oldest_wait_s=max(0.0, now - waiting[0].arrival) if waiting else 0.0,
+            backlog=self.backlog,
+            has_requests=bool(waiting) or chunked is not None or bool(running),
+            prefill_budget=self._chunk,
+        )
+
     # ----- one pass: admission ------------------------------------------------
 
-    def schedule(self) -> Generator[NegotiateArgs, bool, Optional[Batch]]:
-        """``get_new_batch_prefill``'s admission: yields the negotiate arguments once if this rank negotiates
-        as prefillable (send the verdict back), returns the prefill batch (None: no prefill this pass)."""
+    def schedule(self, now: float = 0.0) -> Generator[NegotiateArgs, bool, Optional[Batch]]:
+        """``get_new_batch_prefill``'s admission at ``now``: yields the negotiate arguments once if this rank
+        negotiates as prefillable (send the verdict back), returns the prefill batch (None: no prefill this pass)."""
         self.tracker.start_pass()
         usage = self.allocated / self._capacity
         waiting, chunked = self.waiting, self.chunked
@@ -185,6 +214,7 @@ class RankScheduler:
         self.negotiated_for_chunk = False
         self.verdict = None
         self.gate_refused = False
+        self.chunk_held = False
         self.admitted = []
         self.running_at_start = len(self.running)
         self.queue_at_start = len(waiting)
@@ -195,8 +225,7 @@ class RankScheduler:
         if site is None:
             self.executor = None
             return (yield from self._admit(True))
-        facts = Facts(usage, len(self.running), self.tracker.value, self._mrr, len(waiting), self.extended, self.had_work)
-        self.executor = site.begin(facts)
+        self.executor = site.begin(self.facts(now))
         if not site.gate_first:
             return (yield from self._admit(True))
         # A gate before admission (a scheduler method): a rank with prefill work asks it, and a
@@ -206,11 +235,15 @@ class RankScheduler:
             return None
         if not (yield (len(self.running), self.tracker.value, self._mrr, len(waiting))):
             self.gate_refused = True
-            return None
+            if site.gates_partial_chunk or chunked is None:
+                self.chunk_held = chunked is not None
+                return None
+            return (yield from self._admit(False, chunk_only=True))  # the chunk goes on, nothing new is admitted
         return (yield from self._admit(False))
 
-    def _admit(self, consult: bool) -> Generator[NegotiateArgs, bool, Optional[Batch]]:
-        """The prefill adder; ``consult``: its call sites ask the policy (else every call site proceeds)."""
+    def _admit(self, consult: bool, chunk_only: bool = False) -> Generator[NegotiateArgs, bool, Optional[Batch]]:
+        """The prefill adder; ``consult``: its call sites ask the policy (else every call site proceeds);
+        ``chunk_only``: only the chunk in progress goes on (a refusal that does not hold it)."""
         waiting, chunked, running, mrr, page = self.waiting, self.chunked, self.running, self._mrr, self._page
         n_running = len(running)
         if n_running == 0:
@@ -235,7 +268,11 @@ class RankScheduler:
             rem = min(rem_chunk, rem_total) if rem_total > 0 else rem_chunk  # available_chunk_tokens
             self.negotiated = args
             self.negotiated_for_chunk = True
-            allow = self.verdict = (yield args) if consult else True  # a mid-chunk rank prefills regardless of the verdict
+            allow = self.verdict = (yield args) if consult else True
+            if not allow and self.executor is not None and self.executor.gates_partial_chunk:
+                self.chunk_held = True  # the refusal holds the chunk too (and, as any veto, ends admission)
+                return None
+            # otherwise a mid-chunk rank prefills regardless of the verdict (SGLang's add_chunked_req)
             left = chunked.prompt - chunked.prefilled
             n = min(left, rem)
             truncated = n < left
@@ -250,7 +287,7 @@ class RankScheduler:
                 self.chunked = None
         states: Optional[list[tuple[int, int]]] = None  # add_one_req_ignore_eos's req_states, built when first walked
         reached: list[Request] = []  # the requests that got to the walk, in order (each adds its state)
-        for req in waiting:
+        for req in (() if chunk_only else waiting):
             # budget_state() == OTHER; out of KV (NO_TOKEN) is not a stop here: add_one_req finds it below
             if (free - total_offset > 0 and free - current_offset > 0) and (rem_input <= 0 or rem_chunk <= 0):
                 break
@@ -312,8 +349,9 @@ class RankScheduler:
                 break
         if not batch:
             return None
-        for _ in self.admitted:
+        for req in self.admitted:
             waiting.popleft()
+            self._waiting_tokens -= req.prompt
         return batch
 
     def _req_states(self, reached: list[Request], batch: Batch) -> list[tuple[int, int]]:
@@ -355,6 +393,8 @@ class RankScheduler:
         Runs before the previous pass's result is processed (``process_results``), as the overlap loop does.
         """
         self.extended = bool(batch)
+        if not self.gate_refused:  # the admission ran: what it left waiting (a held pass keeps the last one's)
+            self.backlog = bool(self.waiting)
         page = self._page
         prefill_tokens = 0
         decoding: list[Request] = []
@@ -364,7 +404,9 @@ class RankScheduler:
                 req.prefilled += n
                 self.allocated += _ceil(req.prefilled, page) - before
                 prefill_tokens += n
-        if self._mixed or not batch:  # all but _reqs_finishing_inflight (last token in flight)
+        # A prefill phase (the policy's decision says so): a rank without a prefill batch runs an idle batch.
+        self.idled = not batch and self.executor is not None and self.executor.prefill_phase()
+        if (self._mixed or not batch) and not self.idled:  # all but _reqs_finishing_inflight (last token in flight)
             decoding = [r for r in self.running if not (r.flight and r.out + 1 >= r.output)]
         if page == 1:
             self.allocated += len(decoding)  # each step stores one more token's KV

@@ -24,6 +24,13 @@ def _tok(x: float) -> str:
     return f"{x / 1000:.1f}k" if x >= 1000 else f"{x:.0f}"
 
 
+def _drawn(workload: Any, c: Any) -> str:
+    """What a ``--drift random:K`` drew, rank by rank: the run is reproducible only if the user can see it."""
+    drawn = getattr(workload, "drawn_drift", None)
+    got = drawn(c.dp_size, c.seed) if drawn is not None else None
+    return f" (drew {','.join(map(str, got))})" if got is not None else ""
+
+
 def header(results: Sequence[RunResult]) -> str:
     r = results[0]
     c = r.config
@@ -51,7 +58,7 @@ def header(results: Sequence[RunResult]) -> str:
     lines = [
         "Engine: " + ", ".join(knobs),
         "DP controller: " + ", ".join(dpc),
-        f"Workload: {r.workload.describe()} (seed {c.seed})",
+        f"Workload: {r.workload.describe()}{_drawn(r.workload, c)} (seed {c.seed})",
         f"Cost: {c.cost.describe()}",
         f"Measured: {s.sim_seconds:.0f} simulated s per profile after a {c.warmup_s:g} s warm-up",
     ]

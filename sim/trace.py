@@ -39,7 +39,10 @@ def load_trace(path: str) -> TraceReplay:
         rows = _csv_rows(path, text)
     if not rows:
         raise TraceFileError(path, 1, "no requests in the trace")
-    rows.sort(key=lambda r: r[1])  # stable: equal arrivals keep file order
+    for (line0, a0, _, _), (line1, a1, _, _) in zip(rows, rows[1:]):  # a trace is a log: in arrival order
+        if a1 < a0:
+            raise TraceFileError(path, line1, f"arrival {a1:g} s is earlier than line {line0}'s {a0:g} s: the requests "
+                                 "must be listed in arrival order (sort the trace by arrival)")
     origin = rows[0][1]
     return TraceReplay(
         rows=tuple((a - origin, p, o) for _, a, p, o in rows),

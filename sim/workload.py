@@ -339,6 +339,12 @@ class LongPrompt:
     def start_source(self, seed: int) -> Source:
         return _ClosedLoopSource(self, random.Random(seed))
 
+    def drawn_drift(self, dp_size: int, seed: int) -> Optional[list[int]]:
+        """The per-rank drift a ``random:K`` drift draws for ``seed`` (the source's first draws), else None."""
+        if not self.drift or self.drift[0] != "random":
+            return None
+        return self.drift_for(dp_size, random.Random(seed))
+
     def describe(self) -> str:
         drift = ""
         if self.drift:

@@ -26,6 +26,13 @@ CONTROL = "control"  # one of the policy's control states
 REASON = "reason"  # one of the policy's reasons
 TEXT = "text"  # a short string (e.g. SGLang's input_estimation)
 KINDS = (BOOL, COUNT, USAGE, SECONDS, OPT_SECONDS, CONTROL, REASON, TEXT)
+# The empty reason (no rank had prefill work) as reports and the example print it: one name everywhere.
+NO_REASON_NAME = "none-prefillable"
+
+
+def reason_name(reason: str) -> str:
+    """A decision's reason as printed: the reason itself, or ``NO_REASON_NAME`` for the empty one."""
+    return reason if reason else NO_REASON_NAME
 
 _INF = math.inf
 

@@ -386,13 +386,22 @@ class HostBinding:
 
 @dataclass(frozen=True)
 class SimBinding:
-    """Where the simulated scheduler consults the policy, and which scheduler facts feed its inputs."""
+    """Where the simulated scheduler consults the policy, which scheduler facts feed its inputs, and how the
+    scheduler acts on a verdict beyond admitting or not (declared here, so the simulator names no policy)."""
 
     call_site: str  # "admission": inside the prefill adder, as SGLang's delayer; "gate": before admission
     inputs: Callable[..., tuple]  # (facts) -> the policy's inputs for a rank that asks
     idle_inputs: Callable[..., tuple]  # (facts) -> the inputs of a rank that reached no call site
     outcome: Callable[[Any], tuple] = lambda d: ("", d.output_allow, d.output_reason, 0)  # (estimation, allow, reason, forward_passes)
     colours: Mapping[str, str] = field(default_factory=dict)  # reason -> colour in the simulator's timeline plot
+    # whether a refusal also holds a chunked prefill in progress (its next chunk waits); False: the chunk goes on
+    # whatever the verdict, as SGLang's add_chunked_req does
+    gates_partial_chunk: bool = False
+    # (decision) -> the pass is a prefill phase on every rank: a rank without a prefill batch idles instead of
+    # decoding; None: a rank that does not prefill decodes
+    prefill_phase: Optional[Callable[[Any], bool]] = None
+    # (the simulated scheduler's settings, by SGLang's names) -> the policy parameters they stand for (a --set wins)
+    params: Callable[[Mapping[str, Any]], Mapping[str, Any]] = lambda s: {}
 
 
 def with_states(cls: Any, names: Sequence[str]) -> None:

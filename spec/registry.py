@@ -20,12 +20,12 @@ DEFAULT_PROFILE = "seed"  # what a configuration without a profile is: SGLang 0.
 def policies() -> tuple[Policy, ...]:
     """Every policy, loaded on first use (the policy modules import the spec's core, not this module)."""
     from .policies import (
-        atom_930, atom_coalescer, prefill_decode_interval, sglang_delayer, sglang_lockstep, trtllm_adp_balance,
+        aligned, atom_930, atom_coalescer, prefill_decode_interval, sglang_delayer, sglang_lockstep, trtllm_adp_balance,
         vllm_prefill_cadence,
     )
 
     found = (sglang_delayer.POLICY, prefill_decode_interval.POLICY, vllm_prefill_cadence.POLICY, trtllm_adp_balance.POLICY,
-             atom_coalescer.POLICY, atom_930.POLICY, sglang_lockstep.POLICY)
+             atom_coalescer.POLICY, atom_930.POLICY, sglang_lockstep.POLICY, aligned.POLICY)
     names = [p for pol in found for p in pol.profile_names]
     owner = {a: pol.name for pol in found for a in pol.release_aliases}
     clash = [a for pol in found for a in pol.release_aliases if a in names and pol.release_aliases[a] != a]
@@ -69,6 +69,28 @@ def resolve_profile(name: Any) -> str:
     known = ", ".join(all_profiles())
     releases = ", ".join(_aliases())
     raise ConfigError(f"unknown profile {name!r}: expected one of {known}, or a release: {releases}")
+
+
+def host_profiles() -> tuple[str, ...]:
+    """The canonical profiles SGLang's delayer API (``PrefillDelayer`` and its executor) can run: a ``HostBinding``'s."""
+    return tuple(p for pol in policies() if pol.host is not None for p in pol.profile_names)
+
+
+def resolve_host_profile(name: Any) -> str:
+    """``resolve_profile`` for what SGLang's delayer API runs; ``ConfigError`` naming exactly those names otherwise."""
+    profile = resolve_profile(name) if known_profile(name) else None
+    if profile is not None and _by_profile()[profile].host is not None:
+        return profile
+    hosts = host_profiles()
+    releases = ", ".join(a for pol in policies() if pol.host is not None for a in pol.release_aliases)
+    if profile is None:
+        why = f"unknown profile {name!r}"
+    else:
+        pol = _by_profile()[profile]
+        no_host = pol.extras.get("no_host")
+        why = (f"profile {name!r} is of policy {pol.name}, which SGLang's PrefillDelayer does not run"
+               + (f" ({no_host})" if no_host else ""))
+    raise ConfigError(f"{why}: expected one of {', '.join(hosts)}, or a release: {releases}")
 
 
 def policy_of(profile: Any) -> Policy:

@@ -20,7 +20,7 @@ from prefill_delayer.cli import build_parser
 from prefill_delayer.cli import main as cli
 from prefill_delayer.cli.checks import prove_problem
 from prefill_delayer.traces.replay import run_trace
-from prefill_delayer.traces.format import TraceError, validate_trace, write_trace
+from prefill_delayer.traces.format import TraceError, load_trace, trace_file, validate_trace
 from prefill_delayer.spec.registry import all_profiles
 from prefill_delayer.traces.violations import replayable
 from delayer_spec import POLICY
@@ -165,7 +165,7 @@ def test_replay_of_a_malformed_trace_says_where(tmp_path: Path, capsys: pytest.C
     trace_file = tmp_path / "bad.json"
     trace_file.write_text(json.dumps(mutated(path, value, **top)))
     code, out, err = _replay(capsys, trace_file)
-    assert_clean_failure(code, out, err, f"cannot read trace {trace_file}: ", fragment)
+    assert_clean_failure(code, out, err, f"prefill-delayer replay: cannot read trace {trace_file}: ", fragment)
 
 
 def test_unknown_property_lists_every_replayable_one(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -209,7 +209,7 @@ def test_replay_of_an_unreadable_file(tmp_path: Path, capsys: pytest.CaptureFixt
     elif content is not None:
         trace_file.write_bytes(content)
     code, out, err = _replay(capsys, trace_file)
-    assert_clean_failure(code, out, err, f"cannot read trace {trace_file}: ", fragment)
+    assert_clean_failure(code, out, err, f"prefill-delayer replay: cannot read trace {trace_file}: ", fragment)
 
 
 def test_valid_trace_replays_with_exit_0_or_1(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -235,12 +235,13 @@ def test_an_integer_too_long_to_print_is_still_a_trace_error() -> None:
         validate_trace(mutated(R1 + ("running_batch",), 10**5000))
 
 
-def test_write_trace_refuses_what_replay_would(tmp_path: Path) -> None:
+def test_trace_file_refuses_what_replay_would(tmp_path: Path) -> None:
     """Writer and reader share the validation: no trace is written that replay cannot read."""
     with pytest.raises(TraceError, match="attn_cp_size"):
-        write_trace(mutated(("config", "attn_cp_size"), DELETE), tmp_path / "traces")
-    assert not (tmp_path / "traces").exists()
-    assert write_trace(good_trace(), tmp_path / "traces").is_file()
+        trace_file(mutated(("config", "attn_cp_size"), DELETE))
+    name, text = trace_file(good_trace())
+    (tmp_path / name).write_text(text)
+    assert name == "seed-bounded-delay.json" and load_trace(tmp_path / name) == good_trace()
 
 
 def test_run_trace_gives_the_runtime_prefill_max_requests_and_attn_cp_size(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -271,7 +272,7 @@ def test_installed_command_on_a_null_trace(tmp_path: Path) -> None:
     trace_file = tmp_path / "null.json"
     trace_file.write_text("null\n")
     done = subprocess.run([str(script), "replay", str(trace_file)], capture_output=True, text=True, timeout=120)
-    assert_clean_failure(done.returncode, done.stdout, done.stderr, f"cannot read trace {trace_file}: ", "got null")
+    assert_clean_failure(done.returncode, done.stdout, done.stderr, f"prefill-delayer replay: cannot read trace {trace_file}: ", "got null")
 
 
 # ----- prove and docs ----------------------------------------------------------------

@@ -276,7 +276,8 @@ def test_benchmark_script_runs_and_reports_each_world() -> None:
     """A smoke run (few passes): the script must keep working; its numbers are not judged here."""
     cmd = [sys.executable, "-m", "prefill_delayer.benchmarks.runtime", "--worlds", "1,2", "--passes", "8", "--rounds", "1"]
     returncode, stdout = _run_script(cmd, timeout_s=120)
-    assert returncode == 0, stdout
+    last = stdout.splitlines()[-1]
+    assert (returncode, last.startswith("every target met")) in ((0, True), (1, False)), stdout  # 8 passes: noise decides
     rows = [line.split() for line in stdout.splitlines() if line.split()[1:2] in (["wall"], ["cpu"])]
     assert [(r[0], r[1]) for r in rows] == [(w, k) for w in ("1", "2", "local") for k in ("wall", "cpu")], stdout
     for r in rows:

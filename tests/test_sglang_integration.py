@@ -374,7 +374,8 @@ def test_benchmark_script_runs_and_counts_host_reads() -> None:
     """A smoke run (few passes): the script must keep working; its timings are not judged here, its counts are."""
     done = subprocess.run([sys.executable, "-m", "prefill_delayer.benchmarks.sglang_shell", "--passes", "8", "--rounds", "1"],
                           capture_output=True, text=True, timeout=240, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert done.returncode == 0, done.stderr
+    last = done.stdout.splitlines()[-1]
+    assert (done.returncode, last.startswith("every target met")) in ((0, True), (1, False)), done.stderr  # noise decides
     rows = [line.split() for line in done.stdout.splitlines() if line.split()[:1] in (["wall"], ["cpu"])]
     assert [r[0] for r in rows] == ["wall", "cpu"] and all(float(x) >= 0 for r in rows for x in r[1:4]), done.stdout
     reads = next(line for line in done.stdout.splitlines() if line.startswith("host reads per pass"))

@@ -68,7 +68,11 @@ def test_the_sites_negotiate_once_per_pass_on_every_rank() -> None:
     assert r.negotiations == [r.passes] * r.dp
 
 
-def test_a_policy_the_simulator_cannot_feed_is_refused_naming_its_inputs() -> None:
+def test_a_policy_the_simulator_cannot_feed_is_refused_naming_its_inputs(monkeypatch) -> None:
+    # Every policy of the registry has a binding; one without (patched away) is refused by name.
+    from prefill_delayer.spec.registry import policy_of
+
+    monkeypatch.setattr(policy_of("vllm-0.33.0"), "sim", None)
     with pytest.raises(SimInputError, match=r"vllm-0.33.0.*cannot run yet.*has_decode"):
         run_variant(config(), Variant.of("vllm-0.33.0"), LONG)
 
@@ -90,6 +94,15 @@ def test_simulate_runs_the_gate_from_the_command_line(capsys) -> None:
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "| pdi-0.5.23 |" in out and "decode_interval" in out
-    assert main(argv[:-4] + ["vllm-0.33.0", "--no-progress"]) == 2
+
+
+def test_a_profile_without_a_binding_is_refused_in_one_line(capsys, monkeypatch) -> None:
+    from prefill_delayer.cli import main
+    from prefill_delayer.spec.registry import policy_of
+
+    monkeypatch.setattr(policy_of("vllm-0.33.0"), "sim", None)
+    argv = ["simulate", "--workload", "long-prompt", "--concurrency", "3", "--prompt-tokens", "4096",
+            "--output-tokens", "8", "--dp-size", "3", "--passes", "50", "--profile", "vllm-0.33.0", "--no-progress"]
+    assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cannot run yet" in err

@@ -83,11 +83,20 @@ def test_rates_must_be_positive(rate):
 
 def test_csv_trace_any_column_order_extra_columns_blank_lines(tmp_path):
     path = tmp_path / "t.csv"
-    path.write_text("id,output_tokens,arrival,prompt_tokens\n\na,5,10.5,100\nb,7,10.0,200\n")
+    path.write_text("id,output_tokens,arrival,prompt_tokens\n\nb,7,10.0,200\na,5,10.5,100\n")
     trace = load_trace(str(path))
-    # Replayed in arrival order, shifted to start at 0; each row keeps its line.
+    # Shifted to start at 0; each row keeps its line.
     assert trace.rows == ((0.0, 200, 7), (0.5, 100, 5))
-    assert trace.lines == (4, 3)
+    assert trace.lines == (3, 4)
+
+
+def test_a_trace_out_of_arrival_order_is_refused(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("id,output_tokens,arrival,prompt_tokens\n\na,5,10.5,100\nb,7,10.0,200\n")
+    with pytest.raises(SimInputError) as err:
+        load_trace(str(path))
+    assert str(err.value) == (f"{path}:4: arrival 10 s is earlier than line 3's 10.5 s: the requests must be listed in "
+                              "arrival order (sort the trace by arrival)")
 
 
 def test_jsonl_trace(tmp_path):

@@ -238,14 +238,10 @@ def validate_trace(trace: Any) -> dict[str, Any]:
 # ----- files -------------------------------------------------------------------
 
 
-def write_trace(trace: dict[str, Any], directory: str | Path) -> Path:
-    """Write ``trace`` (validated first, so every written trace replays) into ``directory``."""
+def trace_file(trace: dict[str, Any]) -> tuple[str, str]:
+    """``(file name, text)`` of ``trace``, validated first, so every written trace replays."""
     validate_trace(trace)
-    path = Path(directory)
-    path.mkdir(parents=True, exist_ok=True)
-    out = path / f"{trace['profile']}-{trace['property']}.json"
-    out.write_text(json.dumps(trace, indent=1) + "\n")
-    return out
+    return f"{trace['profile']}-{trace['property']}.json", json.dumps(trace, indent=1) + "\n"
 
 
 def _read_text(path: str | Path) -> str:

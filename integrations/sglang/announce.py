@@ -3,16 +3,23 @@
 Its own module, below both the plugin and the shell: the plugin announces, and
 every shell constructor flushes a line that was pending because logging was not
 set up yet when the plugin registered.
+
+The line must reach the operator. It goes through SGLang's own logger (that of
+its plugin loader, ``sglang.srt.plugins``, which logs "Executed general plugin"
+beside it; SGLang 0.5.23's ``configure_logger`` sets up the root logger after the
+plugins load), at INFO, or at WARNING when the log level hides INFO lines; and
+to stderr when logging is not set up at all by the time the first delayer is built.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Optional
 
 PROFILE_ENV = "PREFILL_DELAYER_PROFILE"
 
-logger = logging.getLogger("prefill_delayer.integrations.sglang")
+logger = logging.getLogger("sglang.srt.plugins")  # SGLang 0.5.23's sglang/srt/plugins/__init__.py: getLogger(__name__)
 
 _announced = False
 _pending: Optional[str] = None
@@ -36,13 +43,24 @@ def announce(release: str, profile: str, setting: str, how: str, guarded: bool =
         + ("; Scheduler._should_defer_prefill hooked: a deferred pass takes part in the delayer's all-gather"
            if guarded else "")
     )
-    flush_announcement()
+    flush_announcement(final=False)
 
 
-def flush_announcement() -> None:
-    """Log the pending line once per process, as soon as logging shows INFO lines (every shell constructor asks)."""
+def flush_announcement(final: bool = True) -> None:
+    """Log the pending line once per process: through SGLang's logger when logging is set up, else (``final``) to stderr.
+
+    ``announce`` asks with ``final=False`` (logging may come later: the line waits); every shell
+    constructor asks with ``final=True`` (a delayer is in use now: the line goes out one way or the other).
+    """
     global _announced, _pending
-    if _pending is not None and not _announced and logger.isEnabledFor(logging.INFO) and logger.hasHandlers():
-        _announced = True
-        logger.info(_pending)
-        _pending = None
+    if _pending is None or _announced:
+        return
+    if logger.hasHandlers():
+        logger.log(logging.INFO if logger.isEnabledFor(logging.INFO) else logging.WARNING, _pending)
+    elif final:
+        sys.stderr.write(_pending + "\n")
+        sys.stderr.flush()
+    else:
+        return
+    _announced = True
+    _pending = None

@@ -58,9 +58,9 @@ def resolve(setting: str) -> Choice:
     """
     from ...spec.errors import ConfigError
     from ...spec.policies.sglang_delayer.profiles import RELEASES
-    from ...spec.registry import all_profiles, policy_of, resolve_profile
+    from ...spec.registry import host_profiles, resolve_host_profile
 
-    PROFILES = all_profiles()
+    PROFILES = host_profiles()
     from .releases import API_OF_RELEASE
 
     try:
@@ -75,16 +75,12 @@ def resolve(setting: str) -> Choice:
                 f"{INSTALLED!r} means the profile of the installed SGLang, {version}, which is not a release this "
                 f"package knows ({known}); name a profile instead: {', '.join(PROFILES)}"
             )
-        requested = f"sglang-{version}"
+        profile = resolve_host_profile(f"sglang-{version}")
     else:
-        requested = setting
-    profile = resolve_profile(requested)
-    policy = policy_of(profile)
-    if policy.host is None:  # refused here, at start-up, not when the scheduler builds its delayer
-        why = policy.extras.get("no_host", "it is not a PrefillDelayer SGLang's scheduler calls")
-        drivable = ", ".join(p for p in PROFILES if policy_of(p).host is not None)
-        raise ConfigError(f"profile {profile!r} is {policy.title}, which SGLang's PrefillDelayer call sites cannot drive: "
-                          f"{why}; the plugin runs {drivable}")
+        try:  # a profile of a policy without a host binding is refused here, at start-up, with why
+            profile = resolve_host_profile(setting)
+        except ConfigError as err:
+            raise ConfigError(f"{err}; or {INSTALLED!r}, the installed SGLang's own") from None
     if version not in API_OF_RELEASE:
         raise PluginError(
             f"the installed SGLang is {version}, whose PrefillDelayer constructor this package does not know "

@@ -42,7 +42,8 @@ from ..fields import BOOL, COUNT, MAX_COUNT, OPT_SECONDS, REASON, SECONDS, TEXT,
 from ..glossary import ARG, CONFIG, LOCAL, VIEW, Symbol
 from ..monitors import Agreement, GroupRunBound, PassRule, RunBound
 from ..policy import (
-    ALL_REDUCE_MAX, PROVED, REFUTED, Agg, Feature, HostBinding, Invariant, Param, Policy, Profile, ProofHooks, TraceSchema,
+    ALL_REDUCE_MAX, PROVED, REFUTED, Agg, Feature, HostBinding, Invariant, Param, Policy, Profile, ProofHooks, SimBinding,
+    TraceSchema,
 )
 from ..schema import LogSchema
 from .sglang_delayer.variables import INPUTS as SGLANG_CALL
@@ -627,7 +628,12 @@ POLICY = Policy(
         flags={"skip_first_delayer": "skip_first"},
         settings=_settings,
     ),
-    sim=None,  # the simulator's rebuild binds it; it reads what SGLang's delayer reads
+    # the simulator runs it as the SGLang plugin does: at the prefill adder's call sites (a chunk goes on)
+    sim=SimBinding(call_site="admission", inputs=lambda f: Atom930Input(True, f.token_usage),
+                   idle_inputs=lambda f: Atom930Input(False, f.token_usage),
+                   outcome=lambda d: (d.input_estimation, d.output_allow, d.output_reason, d.wait_forward_passes),
+                   colours={"no_wait": "#2ca02c", "wait_success": "#1f77b4", "delay": "#d62728", "wait_timeout": "#ff7f0e",
+                            "token_watermark": "#9467bd", "first_call": "#17becf"}),
     extras={"docs": {
         "replayed_by": "; ATOM's code is not on the package registry to run it",
         "engine": "ATOM",

@@ -37,14 +37,14 @@ values outside those ranges. The fail-open is the profile feature's absence:
 ``atom-coalescer-hardened`` raises on the rank whose collective failed, as the
 runtime does for every other policy.
 
-What a simulator must supply (not bound here; ``SimBinding`` is left to the
-simulator's rebuild): per rank and tick, ``prefillable`` (a fresh head that
-can allocate, or a resumable partial chunk), ``pending_tokens`` (fresh waiting
-new-tokens plus the partials' remaining tokens, capped at
-max_num_batched_tokens), the decode requests in the running batch (partial
-chunks excluded), KV usage, whether a partial chunk is in flight, the age of
-the oldest schedulable waiting request; and the scheduler action: a hold skips
-resuming partial chunks as well as new admissions.
+What the simulator supplies (``SimBinding``, consulted before admission): per
+rank and tick, ``prefillable`` (a fresh head that can allocate, or a resumable
+partial chunk), ``pending_tokens`` (fresh waiting new-tokens plus the partials'
+remaining tokens, capped at max_num_batched_tokens, which is the simulated
+chunk budget), the decode requests in the running batch (partial chunks
+excluded), KV usage, whether a partial chunk is in flight, the age of the
+oldest waiting request; and the scheduler action: a hold skips resuming
+partial chunks as well as new admissions (``gates_partial_chunk``).
 """
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ from ..glossary import ARG, CONFIG, LOCAL, VIEW, Symbol
 from ..monitors import Agreement, GroupRunBound, PassRule, RunBound
 from ..ops import AnyValue
 from ..policy import (
-    ALL_REDUCE_SUM, PROVED, REFUTED, Agg, Feature, Invariant, Param, Policy, Profile, ProofHooks, TraceSchema,
+    ALL_REDUCE_SUM, PROVED, REFUTED, Agg, Feature, Invariant, Param, Policy, Profile, ProofHooks, SimBinding,
+    TraceSchema,
 )
 from ..schema import LogSchema
 from ..table import FINALIZE, Table, Transition, negotiate_row, resolve
@@ -810,6 +811,25 @@ def bmc_soft(o: Any, c: SymConfig) -> list:
     return [(o.Not(c.low_on), 2), (o.Not(c.queue_on), 2), (c.kv_high == 1, 1)]
 
 
+def _sim_inputs(facts: Any) -> CoalescerInput:
+    """The simulated scheduler's facts as ``should_allow_prefill``'s arguments, every rank every pass, before
+    admission: prefillable is a chunk to resume or a head that can be admitted; pending tokens are the waiting
+    prompts plus the chunk's rest, capped at the pass's token budget as ATOM's caller caps them."""
+    return CoalescerInput(
+        prefillable=facts.chunk_in_progress or facts.head_fits,
+        pending_tokens=min(facts.pending_prefill_tokens, facts.prefill_budget),
+        running_decode_batch=facts.running_batch,
+        kv_usage=facts.token_usage,
+        has_partial=facts.chunk_in_progress,
+        oldest_waiting_age_ms=1000.0 * facts.oldest_wait_s,
+    )
+
+
+def _sim_params(settings: Any) -> dict[str, Any]:
+    """ATOM's max_num_batched_tokens is the simulated scheduler's chunk budget (the tokens one pass may take)."""
+    return {"max_num_batched_tokens": settings["chunked_prefill_size"]} if "chunked_prefill_size" in settings else {}
+
+
 SYMBOLS = (
     Symbol(VIEW, "n", "n", "counted rows: the DP ranks (dp_size)"),
     Symbol(VIEW, "num_prefillable", "n_prefillable", "ranks that can prefill (SUM of slot 0)"),
@@ -921,7 +941,12 @@ POLICY = Policy(
                     "bounded-delay": (lambda f: True, None)},
     ),
     host=None,  # SGLang's call sites pass no pending tokens and no partial-chunk flag: see the README
-    sim=None,  # the simulator's rebuild supplies it (the module docstring says what)
+    sim=SimBinding(call_site="gate", inputs=_sim_inputs, idle_inputs=_sim_inputs, gates_partial_chunk=True,
+                   params=_sim_params,
+                   outcome=lambda d: ("", d.output_allow, d.output_reason, d.wait_forward_passes),
+                   colours={"no_wait": "#2ca02c", "wait_success": "#1f77b4", "delay": "#d62728", "wait_timeout": "#ff7f0e",
+                            "stall": "#8c564b", "no_decode": "#9467bd", "partial_timeout": "#e377c2", "kv_high": "#7f7f7f",
+                            "first_call": "#17becf"}),
     extras={"no_host": "its call sites pass no pending tokens (the waiting queue's new tokens plus the chunked request's remaining ones) and no partial-chunk flag", "docs": {
         "replayed_by": "; ATOM's code is not on the package registry to run it (the profiles are checked against ATOM's own tests instead)",
         "engine": "ATOM",

@@ -514,7 +514,7 @@ POLICY = Policy(
         },
     ),
     host=None,  # SGLang's delayer call sites do not reach it: it is a scheduler method, before them
-    sim=SimBinding(call_site="gate", inputs=_sim_inputs, idle_inputs=_sim_inputs,
+    sim=SimBinding(call_site="gate", inputs=_sim_inputs, idle_inputs=_sim_inputs, gates_partial_chunk=True,
                    outcome=lambda d: ("", d.output_allow, d.output_reason, 0),
                    colours={"no_interval": "#2ca02c", "small_batch": "#1f77b4", "decode_interval": "#d62728"}),
     extras={"docs": {

@@ -27,9 +27,11 @@ the scheduler's input, not the policy, bounds.
 
 SGLang 0.5.23's call sites do not pass ``prefill_in_flight`` (its ``add_chunked_req``
 negotiates before the chunk is admitted), and the idle batch is the scheduler's, so the
-plugin does not run these profiles (the README says what the scheduler would pass). A
-simulator must supply, per rank and pass, the in-flight bit after admission, and act on the
-phase: in a prefill phase a rank with no chunk and no admitted prefill idles its decode batch.
+plugin does not run these profiles (the README says what the scheduler would pass). The
+simulator supplies the in-flight bit (a rank with a chunk in progress negotiates at
+``add_chunked_req``, which admits it whatever the verdict) and acts on the phase
+(``SimBinding.prefill_phase``): in a prefill phase a rank without a prefill batch idles
+instead of decoding.
 """
 
 from __future__ import annotations
@@ -188,6 +190,16 @@ def _bridge(state: Any) -> Any:
     return {**inputs, IN_FLIGHT: False}, {**expect, "phase_prefill": True}, note, what
 
 
+def _sim_inputs(facts: Any) -> Any:
+    """The delayer's inputs and the in-flight bit: a rank with a chunk in progress negotiates at add_chunked_req,
+    which admits the chunk whatever the verdict, so its chunk is in flight this pass."""
+    return LockstepInput._make((*bindings.SIM.inputs(facts), facts.chunk_in_progress))
+
+
+def _sim_idle(facts: Any) -> Any:
+    return LockstepInput._make((*bindings.SIM.idle_inputs(facts), facts.chunk_in_progress))
+
+
 B = base.POLICY.proof
 POLICY = replace(
     base.POLICY,
@@ -234,7 +246,7 @@ POLICY = replace(
         bmc_search={**B.bmc_search, "decode-progress": (lambda f: f.enable_dp_attention and f.queue_ratio is None, None)},
     ),
     host=None,  # SGLang 0.5.23's call sites pass no prefill_in_flight: see the README
-    sim=None,  # the simulator's rebuild binds it (the module docstring says what it must supply)
+    sim=replace(bindings.SIM, inputs=_sim_inputs, idle_inputs=_sim_idle, prefill_phase=lambda d: d.phase_prefill),
     extras={"no_host": "its call sites pass no prefill_in_flight (add_chunked_req negotiates before the chunk is admitted), and the idle batch of a prefill phase is the scheduler's", "docs": {
         "replayed_by": "; the PR is in no release to run it (the profiles are checked against its own test instead)",
         "engine": "SGLang",

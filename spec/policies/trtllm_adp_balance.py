@@ -41,7 +41,7 @@ from ..fields import BOOL, COUNT, MAX_COUNT, REASON, Field
 from ..glossary import CONFIG, LOCAL, VIEW, Symbol
 from ..monitors import Agreement, GroupRunBound, PassRule, RunBound
 from ..policy import (
-    COUNTED, PROVED, REFUTED, Agg, Feature, Invariant, Param, Policy, Profile, ProofHooks, TraceSchema,
+    COUNTED, PROVED, REFUTED, Agg, Feature, Invariant, Param, Policy, Profile, ProofHooks, SimBinding, TraceSchema,
 )
 from ..schema import LogSchema
 from ..table import NEGOTIATE, Table, Transition, lits, resolve
@@ -478,6 +478,21 @@ def bmc_config(o: Any, c: SymConfig) -> tuple[list, Any]:
     return assertions, trace_config
 
 
+def _sim_inputs(facts: Any) -> BalanceInput:
+    """What the simulated scheduler would pick before the balance: context requests (the chunk in progress, and
+    waiting requests up to the free slots when the head fits; only whether there are any reaches the row) and
+    generation requests (the running batch). The balance empties the iteration's context requests, chunked
+    ones included, so a hold holds a chunk in progress too."""
+    free = max(0, facts.max_running_requests - facts.running_batch)
+    ctx = int(facts.chunk_in_progress) + (min(facts.waiting_queue_len, free) if facts.head_fits else 0)
+    return BalanceInput(ctx, facts.running_batch)
+
+
+def _sim_params(settings: Any) -> dict[str, Any]:
+    """The batch's slots are the simulated scheduler's running-request limit."""
+    return {"max_batch_size": settings["max_running_requests"]} if "max_running_requests" in settings else {}
+
+
 SYMBOLS = (
     Symbol(VIEW, "n", "n", "counted rows"),
     Symbol(VIEW, "no_ctx_any", "any_no_ctx", "some counted rank has no context request"),
@@ -567,7 +582,9 @@ POLICY = Policy(
         },
     ),
     host=None,  # SGLang's call sites do not run it (README: what a scheduler would pass)
-    sim=None,
+    sim=SimBinding(call_site="gate", inputs=_sim_inputs, idle_inputs=_sim_inputs, gates_partial_chunk=True,
+                   params=_sim_params,
+                   colours={"no_wait": "#2ca02c", "no_decode": "#9467bd", "wait_timeout": "#ff7f0e", "delay": "#d62728"}),
     extras={"docs": {
         "engine": "TensorRT-LLM",
         "releases_intro": "TensorRT-LLM's `PyExecutor._balance_adp_requests` (`attention_dp_config.enable_balance`) is "

@@ -45,7 +45,7 @@ from ..fields import BOOL, COUNT, MAX_COUNT, REASON, Field
 from ..glossary import CONFIG, LOCAL, VIEW, Symbol
 from ..monitors import Agreement, GroupRunBound, PassRule, RunBound
 from ..policy import (
-    COUNTED, PROVED, REFUTED, Agg, Feature, Invariant, Param, Policy, Profile, ProofHooks, TraceSchema,
+    COUNTED, PROVED, REFUTED, Agg, Feature, Invariant, Param, Policy, Profile, ProofHooks, SimBinding, TraceSchema,
 )
 from ..schema import LogSchema
 from ..table import NEGOTIATE, Table, Transition, lits, resolve
@@ -482,6 +482,13 @@ def bmc_config(o: Any, c: SymConfig) -> tuple[list, Any]:
     return assertions, trace_config
 
 
+def _sim_inputs(facts: Any) -> CadenceInput:
+    """The simulated scheduler's facts as the step's inputs: a decode runs (a running request past its prefill),
+    the last admitting step left requests waiting (prefill_capacity_bound), the rank holds unfinished requests.
+    The throttle runs before admission and defers running chunks too (``defer_prefills``)."""
+    return CadenceInput(facts.running_batch > 0, facts.backlog, facts.has_requests)
+
+
 SYMBOLS = (
     Symbol(VIEW, "n", "n", "counted rows"),
     Symbol(VIEW, "unfinished_any", "any_unfinished", "some counted rank had unfinished requests (sync_dp_state)"),
@@ -572,7 +579,8 @@ POLICY = Policy(
         },
     ),
     host=None,  # SGLang's call sites do not run it; vLLM's scheduler would pass the three inputs (README)
-    sim=None,
+    sim=SimBinding(call_site="gate", inputs=_sim_inputs, idle_inputs=_sim_inputs, gates_partial_chunk=True,
+                   colours={"no_wait": "#2ca02c", "capacity_bound": "#ff7f0e", "no_decode": "#9467bd", "delay": "#d62728"}),
     extras={"docs": {
         "engine": "vLLM",
         "releases_intro": "vLLM 0.33.0's `DPEngineCoreProc._should_throttle_prefills` and the `defer_prefills` "

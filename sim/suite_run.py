@@ -1,0 +1,370 @@
+"""``prefill-delayer simulate --suite NAME``: every workload of a suite against every policy, beside its bound.
+
+Each workload is built through ``simulate``'s own option handling (``cli.build``),
+its open-arrival rate derived from the cost model (``bound``); each run is the
+simulator's ordinary ``run_variant``. The table gives every policy's input
+throughput and TTFT p50/p99, absolute and as a fraction of the workload's bound
+(``bound.bound``): input tok/s over the bound's, the bound's TTFT over the
+policy's, so 100% is the limit and nothing exceeds it. ``--json`` and ``--plot``
+are written together after the last run, or neither.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Optional, Sequence, TextIO
+
+from ..files import out_file_problem
+from ..spec.registry import all_profiles, policy_of
+from .bound import Bound, Slopes, arrivals, bound, capacity_tok_s, demand, percentile, window_capacity_tok_s
+from .cli import build
+from .config import OFF, SimConfig, Variant
+from .engine import check_fits, run_variant
+from .errors import SimInputError
+from .options import PROGRESS_AUTO, settings
+from .result import RunResult
+from .suite import LIST, SUITES, Stream, SuiteWorkload, listing
+from .workload import Bursty, Lengths, Mix, Poisson, Workload
+
+# The options a suite run takes; every other one is a workload's own setting.
+SUITE_OPTIONS = ("suite", "profile", "set", "passes", "duration", "seed", "gather", "json", "plot", "progress")
+
+
+def default_profiles() -> list[str]:
+    """No delayer, then every profile whose policy the simulator can run (it has a ``SimBinding``), from the
+    registry: a policy that gains one is in the suite with no change here."""
+    return [OFF, *(p for p in all_profiles() if policy_of(p).sim is not None)]
+
+
+@dataclass
+class Case:
+    """One workload, ready to run: its settings, its requests and its bound over the planned window."""
+
+    spec: SuiteWorkload
+    config: SimConfig
+    workload: Workload
+    bound: Bound
+    rate: Optional[float]  # open arrivals: requests per second
+
+
+@dataclass
+class Row:
+    workload: str
+    policy: str
+    input_tok_s: float
+    ttft_p50_s: Optional[float]
+    ttft_p99_s: Optional[float]
+    bound: Bound
+    wall_s: float
+
+    def fractions(self) -> tuple[Optional[float], Optional[float], Optional[float]]:
+        b = self.bound
+        return (self.input_tok_s / b.input_tok_s if b.input_tok_s else None,
+                _ratio(b.ttft(0.50), self.ttft_p50_s), _ratio(b.ttft(0.99), self.ttft_p99_s))
+
+
+def _ratio(limit: Optional[float], value: Optional[float]) -> Optional[float]:
+    if limit is None or value is None or value <= 0:
+        return None
+    return limit / value
+
+
+def _stream(s: Stream, rate: float) -> Workload:
+    prompt, output = Lengths.parse(s.prompt, "prompt tokens"), Lengths.parse(s.output, "output tokens")
+    if s.burst is not None:
+        return Bursty(rate=rate, burst=s.burst, prompt=prompt, output=output)
+    return Poisson(rate=rate, prompt=prompt, output=output)
+
+
+def _streams(spec: SuiteWorkload, total_rate: float) -> Workload:
+    parts = [_stream(s, s.share * total_rate) for s in spec.streams]
+    return parts[0] if len(parts) == 1 else Mix(tuple(parts))
+
+
+def _namespace(spec: SuiteWorkload, profiles: Sequence[str], rate: Optional[float], sets: Sequence[Any]) -> argparse.Namespace:
+    opts = dict(spec.options)
+    if sets:
+        opts["set"] = list(sets)
+    if spec.streams:  # simulate's options for the first stream (checked by build); the suite builds the mix itself
+        first = spec.streams[0]
+        opts.update(workload="bursty" if first.burst is not None else "poisson", rate=rate or 1.0,
+                    prompt_tokens=first.prompt, output_tokens=first.output)
+        if first.burst is not None:
+            opts["burst"] = first.burst
+    return argparse.Namespace(**opts, profile=list(profiles))
+
+
+def plan(spec: SuiteWorkload, profiles: Sequence[str], s: dict[str, Any], given: set[str]) -> tuple[Case, list[Variant]]:
+    """The workload's settings, variants, requests and bound, scaled by ``--duration`` / ``--passes``."""
+    config, variants, workload, _ = build(_namespace(spec, profiles, None, s["set"]))
+    rate = None
+    if spec.streams:
+        if spec.load is None:
+            raise SimInputError(f"suite workload {spec.name}: open streams need a load")
+        unit = _streams(spec, 1.0)
+        slopes = Slopes.of(config.cost, config.dp_size, config.chunked_prefill_size, config.max_running_requests)
+        d = demand(unit)
+        rate = spec.load * capacity_tok_s(slopes, config, d) / d.prompt
+        config, variants, _, _ = build(_namespace(spec, profiles, rate, s["set"]))
+        workload = _streams(spec, rate)
+    config = _scaled(spec, config, s, given)
+    check_fits(config, workload)
+    return Case(spec, config, workload, bound(config, workload), rate), variants
+
+
+def _scaled(spec: SuiteWorkload, config: SimConfig, s: dict[str, Any], given: set[str]) -> SimConfig:
+    own, warm = config.duration_s, config.warmup_s
+    changes: dict[str, Any] = {"seed": s["seed"], "gather": s["gather"]}
+    if own is None:
+        raise SimInputError(f"suite workload {spec.name} has no duration")
+    if "duration" in given:
+        d = s["duration"]
+        if isinstance(d, bool) or not isinstance(d, (int, float)) or not math.isfinite(d) or d <= 0:
+            raise SimInputError(f"--duration must be simulated seconds > 0, got {d!r}")
+        if d < own:  # shorter: the warm-up shrinks with it
+            changes.update(duration_s=float(d), warmup_s=warm * d / own)
+    if "passes" in given:
+        changes["passes"] = s["passes"]
+    return config.replace(**changes)
+
+
+def ttfts_censored(r: RunResult) -> list[float]:
+    """The TTFT of every request that arrived in the measured window, one still waiting at the end counted
+    at its wait so far (so a policy that starves requests does not look faster)."""
+    warm, end = r.config.warmup_s, r.end_s
+    return [(q.first_token_s if q.first_token_s is not None else end) - q.arrival for q in r.requests if q.arrival >= warm]
+
+
+def measure(case: Case, variant: Variant) -> Row:
+    """Run one policy on one workload, against the bound of the run's own measured window."""
+    start = time.perf_counter()
+    r = run_variant(case.config, variant, case.workload)
+    wall = time.perf_counter() - start
+    if r.end_s <= case.config.warmup_s:
+        raise SimInputError(f"workload {case.spec.name}: the run ended at {r.end_s:.1f} s, inside its "
+                            f"{case.config.warmup_s:g} s warm-up: give more --passes")
+    b = case.bound if math.isclose(r.end_s, case.config.duration_s or 0.0, rel_tol=0.02) else bound(case.config, case.workload, r.end_s)
+    b = run_bound(b, r, case)
+    ttfts = ttfts_censored(r)
+    return Row(case.spec.name, variant.name, r.summary().input_tok_s, percentile(ttfts, 0.50), percentile(ttfts, 0.99), b, wall)
+
+
+def run_bound(b: Bound, r: RunResult, case: Case) -> Bound:
+    """The bound over this run's own measured window: the cost model's limit with the decode the run did in it,
+    and (open arrivals) what had arrived by its end, less what it had prefilled before the window (a run
+    slower in the warm-up has a backlog left to serve)."""
+    k0 = r.window_start()
+    start = r.t0[k0] if k0 < r.passes else r.end_s
+    seconds = r.end_s - start
+    if seconds <= 0:
+        return b
+    c = case.config
+    slopes = Slopes.of(c.cost, c.dp_size, c.chunked_prefill_size, c.max_running_requests)
+    capacity = window_capacity_tok_s(slopes, c, seconds, sum(r.decode[k0 * r.dp :]))
+    offered = b.offered_tok_s
+    if not b.closed_loop:
+        arrived = sum(q.prompt for q in arrivals(case.workload, c, r.end_s))
+        offered = max(arrived - sum(r.prefill[: k0 * r.dp]), 0) / seconds
+    return replace(b, input_tok_s=min(capacity, offered), capacity_tok_s=capacity, offered_tok_s=offered)
+
+
+def _tok(x: float) -> str:
+    return f"{x / 1000:.1f}k"
+
+
+def _s(x: Optional[float]) -> str:
+    return "-" if x is None else f"{x:.2f} s" if x < 10 else f"{x:.1f} s"
+
+
+def _pct(x: Optional[float]) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
+def table(cases: Sequence[Case], rows: Sequence[Row]) -> str:
+    """Every policy x workload: the bound's row first, then each policy's, absolute and as a fraction of the bound."""
+    out = ["| workload | policy | input tok/s | of bound | TTFT p50 | of bound | TTFT p99 | of bound |",
+           "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for case in cases:
+        b = case.bound
+        out.append(f"| {case.spec.name} | **bound** | {_tok(b.input_tok_s)} | | {_s(b.ttft(0.5))} | | {_s(b.ttft(0.99))} | |")
+        for row in rows:
+            if row.workload == case.spec.name:
+                f_in, f50, f99 = row.fractions()
+                out.append(f"| {row.workload} | {row.policy} | {_tok(row.input_tok_s)} | {_pct(f_in)} | {_s(row.ttft_p50_s)} "
+                           f"| {_pct(f50)} | {_s(row.ttft_p99_s)} | {_pct(f99)} |")
+    return "\n".join(out)
+
+
+def workloads_table(cases: Sequence[Case]) -> str:
+    """What each workload is, its rate (derived from the cost model) and what bounds its input throughput."""
+    out = ["| workload | what | DP | rate | capacity (cost model) | offered | bound limited by |", "|---|---|---:|---:|---:|---:|---|"]
+    for c in cases:
+        b = c.bound
+        rate = f"{c.rate:.2f} req/s" if c.rate is not None else "closed loop" if b.closed_loop else "scenario's"
+        limit = "capacity" if b.capacity_tok_s <= b.offered_tok_s else "arrivals"
+        out.append(f"| {c.spec.name} | {c.spec.about} | {c.config.dp_size} | {rate} | {_tok(b.capacity_tok_s)} | {_tok(b.offered_tok_s)} | {limit} |")
+    return "\n".join(out)
+
+
+def to_json(name: str, cases: Sequence[Case], rows: Sequence[Row], wall_s: float) -> str:
+    doc = {
+        "suite": name,
+        "wall_s": wall_s,
+        "workloads": [
+            {
+                "name": c.spec.name,
+                "about": c.spec.about,
+                "dp_size": c.config.dp_size,
+                "rate_req_s": c.rate,
+                "duration_s": c.config.duration_s,
+                "warmup_s": c.config.warmup_s,
+                "bound": {"input_tok_s": c.bound.input_tok_s, "capacity_tok_s": c.bound.capacity_tok_s,
+                          "offered_tok_s": c.bound.offered_tok_s, "ttft_p50_s": c.bound.ttft(0.5),
+                          "ttft_p99_s": c.bound.ttft(0.99), "closed_loop": c.bound.closed_loop},
+                "results": [
+                    dict(zip(("input_frac", "ttft_p50_frac", "ttft_p99_frac"), r.fractions()),
+                         policy=r.policy, input_tok_s=r.input_tok_s, ttft_p50_s=r.ttft_p50_s, ttft_p99_s=r.ttft_p99_s,
+                         run_bound_input_tok_s=r.bound.input_tok_s, wall_s=r.wall_s)
+                    for r in rows if r.workload == c.spec.name
+                ],
+            }
+            for c in cases
+        ],
+    }
+    return json.dumps(doc, indent=1)
+
+
+def plot(cases: Sequence[Case], rows: Sequence[Row], path: str, title: str) -> None:
+    """Three heatmaps, policy x workload: input tok/s, TTFT p50 and TTFT p99 as a fraction of the bound."""
+    from .plot import _pyplot, _shrink
+
+    plt = _pyplot()
+    names = [c.spec.name for c in cases]
+    policies = list(dict.fromkeys(r.policy for r in rows))
+    cell = {(r.policy, r.workload): r.fractions() for r in rows}
+    fig, axes = plt.subplots(3, 1, figsize=(max(8.0, 0.75 * len(names) + 2.5), 1.2 + 3 * (0.42 * len(policies) + 1.0)), dpi=80)
+    for k, (ax, what) in enumerate(zip(axes, ("input tok/s", "TTFT p50", "TTFT p99"))):
+        grid = [[(cell.get((p, w)) or (None, None, None))[k] for w in names] for p in policies]
+        values = [[math.nan if v is None else v for v in line] for line in grid]
+        im = ax.imshow(values, cmap="RdYlGn", vmin=0.0, vmax=1.0, aspect="auto")
+        for i, line in enumerate(grid):
+            for j, v in enumerate(line):
+                ax.text(j, i, "-" if v is None else f"{100 * v:.0f}", ha="center", va="center", fontsize=7,
+                        color="black" if v is None or 0.25 < v < 0.85 else "white")
+        ax.set_yticks(range(len(policies)), policies, fontsize=8)
+        ax.set_xticks(range(len(names)), names if k == 2 else [""] * len(names), rotation=40, ha="right", fontsize=8)
+        ax.set_title(f"{what}, % of the bound" + (" (bound / policy)" if k else ""), fontsize=9)
+        fig.colorbar(im, ax=ax, fraction=0.025, pad=0.01).ax.tick_params(labelsize=7)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.98))
+    fig.savefig(path, format="png")
+    plt.close(fig)
+    _shrink(path)
+
+
+class _Staged:
+    """The output files, written beside their targets and moved into place together at the end (or removed)."""
+
+    def __init__(self) -> None:
+        self._moves: list[tuple[str, str]] = []
+
+    def path_for(self, target: str, suffix: str = "") -> str:
+        folder = Path(target).parent
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{Path(target).name}.", suffix=suffix, dir=str(folder))
+        os.close(fd)
+        self._moves.append((tmp, target))
+        return tmp
+
+    def commit(self) -> None:
+        for tmp, target in self._moves:
+            os.replace(tmp, target)
+        self._moves = []
+
+    def discard(self) -> None:
+        for tmp, _ in self._moves:
+            Path(tmp).unlink(missing_ok=True)
+        self._moves = []
+
+
+def _check_options(given: set[str]) -> None:
+    extra = sorted(given - set(SUITE_OPTIONS) - {"scenario"})
+    if "scenario" in given or extra:
+        flag = "--" + ("scenario" if "scenario" in given else extra[0]).replace("_", "-")
+        raise SimInputError(f"{flag} does not apply with --suite: each workload has its own settings (--suite list shows them); "
+                            "--profile, --set, --duration, --passes, --seed, --json and --plot do")
+
+
+def run_suite(name: str, profiles: Sequence[str], s: dict[str, Any], given: set[str],
+              progress: Optional[TextIO] = None) -> tuple[list[Case], list[Row]]:
+    """Every workload of suite ``name`` against every profile; a line per run on ``progress``."""
+    planned = [plan(w, profiles, s, given) for w in SUITES[name]]  # every workload checked before any run
+    rows: list[Row] = []
+    total = sum(len(v) for _, v in planned)
+    for case, variants in planned:
+        for v in variants:
+            row = measure(case, v)
+            rows.append(row)
+            if progress is not None:
+                progress.write(f"[{len(rows)}/{total}] {case.spec.name} {row.policy}: {_tok(row.input_tok_s)} tok/s "
+                               f"({_pct(row.fractions()[0])} of bound), {row.wall_s:.1f} s\n")
+                progress.flush()
+    return [c for c, _ in planned], rows
+
+
+def report(name: str, cases: Sequence[Case], rows: Sequence[Row]) -> str:
+    """The workloads and their bounds, then every policy x workload."""
+    policies = len(dict.fromkeys(r.policy for r in rows))
+    return f"Suite {name}: {len(cases)} workloads x {policies} policies\n\n{workloads_table(cases)}\n\n{table(cases, rows)}"
+
+
+def main(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
+    s, given = settings(args)
+    name = s["suite"]
+    if name == LIST:
+        stdout.write(listing() + "\n")
+        return 0
+    if name not in SUITES:
+        raise SimInputError(f"unknown suite {name!r}: expected one of {', '.join(SUITES)}, or {LIST}")
+    _check_options(given | ({"scenario"} if getattr(args, "scenario", None) is not None else set()))
+    for problem in (out_file_problem("--json", s["json"]), out_file_problem("--plot", s["plot"])):
+        if problem:
+            raise SimInputError(problem)
+    if s["plot"]:
+        from .plot import _pyplot
+
+        _pyplot()  # one line and exit 2 before the runs where matplotlib is missing
+    profiles = list(dict.fromkeys(s["profile"])) if "profile" in given else default_profiles()
+    show = s["progress"]
+    if show == PROGRESS_AUTO:
+        show = stderr.isatty()
+    started = time.perf_counter()
+    cases, rows = run_suite(name, profiles, s, given, stderr if show else None)
+    wall = time.perf_counter() - started
+    stdout.write(report(name, cases, rows) + f"\n\nwall time: {wall:.0f} s for {len(rows)} runs\n")
+    staged = _Staged()
+    try:
+        if s["json"]:
+            with open(staged.path_for(s["json"]), "w", encoding="utf-8") as f:
+                f.write(to_json(name, cases, rows, wall) + "\n")
+        if s["plot"]:
+            plot(cases, rows, staged.path_for(s["plot"], ".png"), f"suite {name}: every policy as a fraction of the bound")
+        staged.commit()
+    except OSError as exc:
+        staged.discard()
+        raise SimInputError(f"cannot write the suite's outputs: {exc.strerror or exc}") from None
+    except BaseException:
+        staged.discard()
+        raise
+    return 0
+
+
+__all__ = ["Case", "Row", "SUITE_OPTIONS", "default_profiles", "main", "measure", "plan", "plot", "report", "run_bound", "run_suite",
+           "table", "ttfts_censored"]

@@ -1,0 +1,207 @@
+"""``aligned``: SGLang's prefill delayer, hardened, that never holds a mixed pass no decode can hide.
+
+Ours. Designed with the simulator on SGLang #35241's closed loop (``docs/simulation.md``):
+when the DP controller's rotation leaves some ranks without prefill work, every
+released profile settles in a persistent ``mixed`` loop in which each mixed pass
+delays the prefillable ranks up to ``max_delay_passes`` times. In that loop no rank
+runs a decode batch (one output token per request), so the delays overlap
+nothing: they cost TTFT and passes and align nothing a later pass would not.
+
+The policy is ``hardened``'s delayer (every variable, input, row field, view field
+and guard of ``spec/policies/sglang_delayer``, not restated) with one change, the
+feature ``no-decode-fire``: a mixed pass with no counted rank below the
+watermark delays only while some counted rank has a running batch
+(``decode_running``: the gathered max of ``running_batch`` is positive);
+otherwise it allows at once with reason ``no_decode`` (a must-fire: nothing
+hides the wait). With decode running it is ``hardened`` pass for pass, so it
+keeps every property ``hardened`` proves, the token-watermark force-allow and the
+pass cap (the stall give-up, counted in passes, no clock) included.
+
+Inputs: exactly the arguments of SGLang 0.5.23's delayer call sites
+(``running_batch`` is already gathered), so the plugin and the simulator's SGLang
+path run it as they run SGLang's delayer, and its decision log is the delayer's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ...monitors import RunBound
+from ...policy import PROVED, Feature, Invariant, Param, Profile
+from ...table import NEGOTIATE, Transition, lits, resolve
+from .. import sglang_delayer as base
+from ..sglang_delayer import bindings, properties, reference
+from ..sglang_delayer.table import CLEAR, REASONS as BASE_REASONS, build_table as base_build_table
+from ..sglang_delayer.variables import RELEASED
+from . import guards
+
+NAME = "aligned"
+NO_DECODE_FIRE = "no-decode-fire"
+NO_DECODE = "no_decode"
+REASONS = BASE_REASONS + (NO_DECODE,)
+
+FEATURE = Feature(
+    NO_DECODE_FIRE,
+    "a mixed pass no decode hides",
+    before="a mixed pass delays while delayed_count < max_delay_passes - 1, whether or not any rank decodes",
+    after="a mixed pass (no counted rank below the watermark) delays only while some counted rank has a running "
+    "batch; with none it allows at once with no_decode",
+    why="SGLang #35241's persistent mixed loop: with no decode batch anywhere each delay idles every rank and aligns "
+    "nothing; TTFT p99 pays for up to max_delay_passes delays per admission",
+    upstream=(35241,),
+    since=None,
+    shows_in=("wait_hidden", "mixed_delay", "mixed_timeout", "mixed_fire"),
+    invariant="no-decode-hold",
+)
+PROFILES = (
+    Profile(NAME, base.POLICY.features_of("hardened") | {NO_DECODE_FIRE}, (),
+            "hardened's delayer; a mixed pass with no running decode batch anywhere allows at once (no_decode)"),
+)
+_NAMES = tuple(p.name for p in PROFILES)
+
+PARAMETERS = tuple(
+    p if p.name != "profile" else Param("profile", NAME, "one of " + ", ".join(_NAMES),
+                                        lambda v: isinstance(v, str) and v in _NAMES)
+    for p in base.PARAMETERS
+)
+
+
+@dataclass(frozen=True)
+class AlignedConfig(base.DelayerConfig):
+    """The delayer's configuration; its one profile is ``aligned``."""
+
+    profile: str = NAME
+
+    policy_name = NAME
+
+    @classmethod
+    def _parameters(cls) -> tuple[Param, ...]:
+        return PARAMETERS
+
+
+# ----- the table: the delayer's, its mixed delay rows guarded by decode_running, and the must-fire --------------
+
+
+def build_table(profile: str) -> Any:
+    """``hardened``'s rows for ``profile``'s features; a mixed pass delays or times out only while decode runs."""
+    table = base_build_table(profile)
+    rows: list[Transition] = []
+    for t in table:
+        suffix = t.name.partition("_")[2]
+        if suffix in ("mixed_delay", "mixed_timeout"):
+            t = replace(t, lits=t.lits + lits("wait_hidden"))
+        rows.append(t)
+        if suffix == "mixed_timeout":
+            rows.append(Transition(f"{t.source}_mixed_fire", NEGOTIATE, t.source, RELEASED,
+                                   lits("status_mixed", "!exists_force", "!wait_hidden"), NO_DECODE, (CLEAR,), True))
+    return resolve(table.profile, table.states, rows, {name: getattr(guards, name) for name in guards.TABLE_GUARDS})
+
+
+# ----- the reference: the delayer's encoding, and the must-fire written apart ----------------------------------
+
+
+def reference_pass(o: Any, c: Any, st: Any, v: Any, now: Any, inp: Any) -> tuple[dict, tuple]:
+    """``hardened``'s reference, overridden where a mixed pass without force has no running batch anywhere."""
+    outputs, nxt = reference.reference_pass(o, c, st, v, now, inp)
+    waiting = st.control == "delaying"
+    held = o.If(waiting, st.delayed_count, 0)
+    fire = o.And(v.num_prefillable > 0, v.num_prefillable < v.n, o.Not(v.num_force > 0), v.running_batch == 0,
+                 held >= guards.NO_DECODE_HOLD)
+    fired = {
+        "output_reason": REASONS.index(NO_DECODE),
+        "output_allow": True,
+        "wait_forward_passes": o.If(waiting, st.delayed_count, 0),
+        "wait_seconds": o.If(waiting, now - st.wait_start, 0),
+    }
+    fired_next = (reference.IDLE, 0, o.RealVal(0), st.skip_first_armed)
+    out = {k: o.If(fire, fired[k], x) for k, x in outputs.items()}
+    return out, tuple(o.If(fire, a, b) for a, b in zip(fired_next, nxt))
+
+
+# ----- properties: hardened's, and the must-fire ------------------------------------------------------------------
+
+def _no_decode_delay(o: Any, c: Any, v: Any, d: Any) -> Any:
+    """The pass delays a mixed pass while no counted rank has a running batch."""
+    return o.And(o.Not(d.output_allow), v.num_prefillable > 0, v.num_prefillable < v.n, v.running_batch == 0)
+
+
+NO_DECODE_HOLD_BOUND = RunBound(
+    "no-decode-hold",
+    counts=_no_decode_delay,
+    limit=lambda o, c: guards.NO_DECODE_HOLD,
+    couple=lambda o, c, st, run: run <= st.delayed_count,  # such a run is part of the run of delays
+    trace_text="rank {rank} delays {length} consecutive mixed passes with no decode anywhere (passes {start}..{end}), "
+    "more than {limit}",
+    log_text="delays {run} consecutive mixed passes with no running batch on any rank (from pass {start}), more than {limit}",
+)
+
+
+def _as_hardened(inv: Invariant) -> Invariant:
+    return replace(inv, expected={NAME: inv.expected["hardened"]})
+
+
+INVARIANTS = tuple(_as_hardened(inv) for inv in properties.INVARIANTS if inv.id != "refinement") + (
+    Invariant("refinement", "the FSM table equals an independently written encoding of hardened's code with the "
+              "no-decode must-fire", {NAME: PROVED}, "refinement"),
+    Invariant(
+        "no-decode-hold",
+        f"every run of consecutive delayed mixed passes on which no counted rank has a running batch is at most "
+        f"{guards.NO_DECODE_HOLD} passes long (the must-fire when no decode hides the wait)",
+        {NAME: PROVED},
+        NO_DECODE_HOLD_BOUND,
+        "a mixed pass with decode running still delays, as hardened's, up to the pass cap",
+    ),
+)
+
+
+def _debug_line(output: Any, actual_execution: bool) -> Any:
+    """The delayer's debug lines; the must-fire logs none (it is no timeout and no watermark)."""
+    if output.output_reason == NO_DECODE:
+        return None
+    return bindings.HOST.debug_line(output, actual_execution)
+
+
+def _settings(c: Any) -> str:
+    return bindings.HOST.settings(c)
+
+
+B = base.POLICY.proof
+POLICY = replace(
+    base.POLICY,
+    name=NAME,
+    title="aligned: the hardened delayer with a must-fire when no decode hides the wait",
+    summary="hardened's delayer, whose mixed pass delays only while some rank runs a decode batch; with none it "
+    "allows at once (ours, from SGLang #35241's persistent mixed loop)",
+    source="ours: spec/policies/sglang_delayer's hardened profile and the feature no-decode-fire",
+    config_cls=AlignedConfig,
+    params=PARAMETERS,
+    profiles=PROFILES,
+    features=base.POLICY.features + (FEATURE,),
+    default_profile=NAME,
+    release_aliases={},
+    guards=guards,
+    guard_names=guards.GUARD_NAMES,
+    table_guards=guards.TABLE_GUARDS,
+    reasons=REASONS,
+    build_table=build_table,
+    invariants=INVARIANTS,
+    log=replace(bindings.LOG, reason_order=bindings.LOG.reason_order[:-1] + (NO_DECODE, "")),
+    proof=replace(B, reference=reference_pass),
+    host=replace(bindings.HOST, debug_line=_debug_line, settings=_settings),
+    sim=replace(bindings.SIM, colours={**bindings.SIM.colours, NO_DECODE: "#17becf"}),
+    extras={"docs": {
+        "engine": "SGLang",
+        "no_features": "none",
+        "releases_intro": "Ours, in no release: `aligned` is `hardened` plus the feature `no-decode-fire`; it runs "
+        "wherever `hardened` runs (the plugin, the simulator's SGLang path, check-log).",
+        "where": {
+            "features": "spec/policies/aligned/__init__.py",
+            "invariants": "spec/policies/aligned/__init__.py",
+            "scope": "spec/policies/sglang_delayer/scope.py",
+            "parameters": "spec/policies/sglang_delayer/config.py",
+        },
+    }},
+)
+
+__all__ = ["POLICY", "AlignedConfig", "build_table", "reference_pass"]

@@ -1,0 +1,44 @@
+"""The aligned policy's guards: the delayer's, and one more that asks whether a delay is still worth it.
+
+A delayed mixed pass costs little while the ranks that cannot prefill run a
+decode batch: the wait overlaps useful work. When no counted rank has a running
+batch every held pass is lost on every rank, so the hold is cut to a few passes:
+enough for ranks whose chunks end a few passes apart to line up, not the whole
+max_delay_passes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..sglang_delayer import guards as _delayer
+
+_DELAYER_GUARDS = (
+    "local_force", "wait_expired", "status_none", "status_all", "status_mixed", "exists_force", "below_cap",
+    "effective_max_running_requests", "slot_trigger", "queue_capacity", "queue_min", "queue_timed_out", "queue_trigger",
+    "skip_consumed", "delay_wanted",
+)
+
+
+def __getattr__(name: str) -> Any:
+    """The delayer's guards, unchanged (hardened's features pick their variants), read when used: a patched
+    delayer guard shows here too."""
+    if name in _DELAYER_GUARDS:
+        return getattr(_delayer, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# The stall give-up when no decode hides the wait: at most this many delays, counted in passes (no clock).
+NO_DECODE_HOLD = 8
+
+
+def wait_hidden(o: Any, c: Any, v: Any, s: Any) -> Any:
+    """Another delay is worth it: some counted rank runs a decode batch that overlaps it, or the wait is still
+    shorter than NO_DECODE_HOLD passes (a short hold lets ranks whose chunks end a few passes apart line up)."""
+    return o.Or(v.running_batch > 0, s.delayed_count < NO_DECODE_HOLD)
+
+
+GUARD_NAMES = _DELAYER_GUARDS + ("wait_hidden",)
+TABLE_GUARDS = ("status_none", "status_all", "status_mixed", "exists_force", "below_cap", "delay_wanted", "wait_hidden")
+
+__all__ = ["GUARD_NAMES", "NO_DECODE_HOLD", "TABLE_GUARDS", "wait_hidden"]

@@ -1,0 +1,193 @@
+"""Ctrl-C in every subcommand: one line on stderr, exit 130, no worker left, no output written.
+
+Each command runs as its own process, sent SIGINT the way a terminal sends it
+(to its whole process group). To interrupt it at a known point, the command runs
+through a launcher that stalls it right after it has staged its first output file
+(``files._fill``, through which every output passes; ``replay``, which writes
+nothing, stalls in its replay): the interrupt then lands where a half-written
+output would show. ``prove`` is also interrupted unpatched, while its worker
+processes prove.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+
+from decision_log_harness import write_inprocess_logs
+
+REPO = Path(__file__).resolve().parents[1]
+
+LAUNCHER = r"""
+import os, sys, time
+ready = os.environ["STALL_READY"]
+
+def stall():
+    open(ready, "w").close()
+    time.sleep(120)
+
+if os.environ["STALL_AT"] == "fill":
+    from prefill_delayer import files
+    fill = files._fill
+
+    def stalled(path, data):
+        fill(path, data)
+        stall()
+
+    files._fill = stalled
+else:
+    from prefill_delayer.traces import replay as module
+    real = module.replay
+
+    def stalled(trace):
+        real(trace)
+        stall()
+
+    module.replay = stalled
+from prefill_delayer.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _has(module: str) -> bool:
+    try:
+        __import__(module)
+    except ImportError:
+        return False
+    return True
+
+
+def _spawn(argv: list[str], cwd: Path, env: Optional[dict[str, str]] = None) -> subprocess.Popen:
+    """The command in a new session (its own process group), with SIGINT at its default whatever ours is."""
+    return subprocess.Popen(argv, cwd=cwd, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def _wait_for(cond: Any, proc: subprocess.Popen, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if proc.poll() is not None:
+            raise AssertionError(f"the command ended (exit {proc.returncode}) before it could be interrupted: {proc.stderr.read()}")
+        if time.monotonic() > deadline:
+            raise AssertionError("the command never reached the point to interrupt")
+        time.sleep(0.05)
+
+
+def _interrupt(proc: subprocess.Popen, group: bool = True) -> tuple[int, str]:
+    """SIGINT (to the process group, as a terminal does, or to the process alone); exit status and stderr."""
+    try:
+        if group:
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            os.kill(proc.pid, signal.SIGINT)
+        rc = proc.wait(timeout=30)
+        return rc, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*")) if root.exists() else []
+
+
+def _one_line(err: str, command: str) -> None:
+    # Graphviz (under docs) may print a Fontconfig warning of the system's own before; it is not ours.
+    ours = [line for line in err.splitlines() if not line.startswith("Fontconfig ")]
+    assert ours == [f"prefill-delayer {command}: interrupted"], err
+
+
+@pytest.fixture(scope="module")
+def seed_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    def slot_full(rank: int, k: int) -> tuple:
+        return True, 0.9, 100, 80, 150, 10 + k
+
+    logs = tmp_path_factory.mktemp("seed-logs")
+    write_inprocess_logs(logs, world=2, passes=12, profile="seed", max_delay_passes=4, inputs=slot_full,
+                         server_args={"enable_dp_attention": True})
+    return logs
+
+
+@pytest.fixture(scope="module")
+def trace_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from test_cli_input import good_trace
+    import json
+
+    path = tmp_path_factory.mktemp("trace") / "seed-bounded-delay.json"
+    path.write_text(json.dumps(good_trace("seed")))
+    return path
+
+
+SIM = ["simulate", "--dp-size", "2", "--passes", "60", "--max-running-requests", "8", "--workload", "poisson", "--rate", "3",
+       "--prompt-tokens", "200:2000", "--output-tokens", "5:40", "--profile", "hardened"]
+
+CASES = [
+    pytest.param("prove", ["--profile", "seed", "--traces", "out/t", "--json", "out/r.json"], "fill",
+                 marks=pytest.mark.skipif(not _has("z3"), reason="prove needs z3"), id="prove"),
+    pytest.param("docs", ["--out", "out/docs"], "fill",
+                 marks=pytest.mark.skipif(not _has("pygraphviz"), reason="docs needs pygraphviz"), id="docs"),
+    pytest.param("check-log", ["{logs}", "--traces", "out/t", "--json", "out/r.json", "--plot", "out/p.png"], "fill",
+                 marks=pytest.mark.skipif(not _has("matplotlib"), reason="--plot needs matplotlib"), id="check-log"),
+    pytest.param("simulate", [*SIM[1:], "--plot", "out/s.png", "--json", "out/s.json"], "fill",
+                 marks=pytest.mark.skipif(not _has("matplotlib"), reason="--plot needs matplotlib"), id="simulate"),
+    pytest.param("replay", ["{trace}"], "replay", id="replay"),
+]
+
+
+@pytest.mark.parametrize(("command", "args", "stall_at"), CASES)
+def test_ctrl_c_is_one_line_exit_130_and_no_output(tmp_path: Path, seed_logs: Path, trace_file: Path, command: str,
+                                                   args: list[str], stall_at: str) -> None:
+    ready = tmp_path / "ready"
+    argv = [sys.executable, "-c", LAUNCHER, command, *(a.format(logs=seed_logs, trace=trace_file) for a in args)]
+    proc = _spawn(argv, tmp_path, {"STALL_AT": stall_at, "STALL_READY": str(ready)})
+    _wait_for(ready.exists, proc)
+    if stall_at == "fill":
+        assert [p for p in _tree(tmp_path / "out") if ".part" in p]  # an output was half-way: staged, not yet in place
+    rc, err = _interrupt(proc)
+    assert rc == 130, err
+    _one_line(err, command)
+    assert _tree(tmp_path / "out") == []  # no output, no temporary file, no folder made for them
+
+
+@pytest.mark.skipif(not _has("z3"), reason="prove needs z3")
+@pytest.mark.parametrize("group", [True, False], ids=["to-the-group", "to-the-parent-alone"])
+def test_prove_interrupted_while_its_workers_prove_ends_them(tmp_path: Path, group: bool) -> None:
+    proc = _spawn([sys.executable, "-m", "prefill_delayer.cli", "prove", "--jobs", "2", "--traces", "out/t", "--json", "out/r.json"],
+                  tmp_path)
+    _wait_for(lambda: len(_children(proc.pid)) >= 2, proc)
+    workers = _children(proc.pid)
+    time.sleep(0.3)  # into the proofs
+    rc, err = _interrupt(proc, group)
+    assert rc == 130, err
+    _one_line(err, "prove")
+    deadline = time.monotonic() + 10
+    while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [w for w in workers if _alive(w)], "a worker outlived the command"
+    assert _tree(tmp_path / "out") == []

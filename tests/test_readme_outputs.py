@@ -1,0 +1,45 @@
+"""The README's commands, run in order in a fresh clone, overwrite none of each other's outputs, and git
+ignores every one of them (they used to share ``report.json`` and ``traces``, and ``git status`` listed them)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+OUTPUT_OPTIONS = ("--json", "--traces", "--plot", "--out")
+
+
+def readme_outputs() -> list[tuple[str, str]]:
+    """(command line, output path) for every output the README's shell blocks name."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    found = []
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            for i, w in enumerate(words):
+                if w in OUTPUT_OPTIONS and i + 1 < len(words) and "prefill-delayer" in words[:i]:
+                    found.append((line.strip(), words[i + 1].rstrip("/")))
+                if w.startswith("PREFILL_DELAYER_DECISION_LOG="):
+                    found.append((line.strip(), w.split("=", 1)[1]))
+    return found
+
+
+def test_no_readme_command_overwrites_another_ones_output() -> None:
+    outputs = readme_outputs()
+    assert len(outputs) >= 8, outputs  # prove's two, the log folder, check-log's three, simulate's
+    paths = [p for _, p in outputs]
+    assert len(paths) == len(set(paths)), sorted(p for p in paths if paths.count(p) > 1)
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (REPO / ".git").exists(), reason="needs git and a checkout")
+def test_git_ignores_every_readme_output() -> None:
+    paths = [p for _, p in readme_outputs()]
+    done = subprocess.run(["git", "check-ignore", "--no-index", *paths], cwd=REPO, capture_output=True, text=True)
+    ignored = set(done.stdout.split())
+    assert ignored == set(paths), sorted(set(paths) - ignored)

@@ -1,0 +1,36 @@
+"""Options that used to run without end or fail with a traceback: an arrival rate past any capacity, a DP size
+past what one pass can gather in reasonable time. Each is one line on stderr and exit 2, before any run."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import time
+
+import pytest
+
+from prefill_delayer.cli import main
+
+BASE = ["simulate", "--workload", "poisson", "--prompt-tokens", "1000:2000", "--output-tokens", "100:200", "--passes", "500"]
+
+
+def _simulate(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main([*BASE, *argv])
+    return rc, out.getvalue(), err.getvalue()
+
+
+def test_a_rate_past_any_capacity_is_refused_up_front() -> None:
+    t0 = time.monotonic()
+    rc, out, err = _simulate("--rate", "1e6")
+    assert time.monotonic() - t0 < 5.0
+    assert rc == 2 and out == "" and err.count("\n") == 1, (out, err)
+    assert err.startswith("prefill-delayer simulate: --rate 1e+06: 40,000 requests would arrive in one 0.04 s pass")
+    assert "at most 25,600 req/s here" in err
+
+
+@pytest.mark.parametrize("dp", ["0", "257", "100000"])
+def test_the_dp_size_is_bounded(dp: str) -> None:
+    rc, out, err = _simulate("--rate", "1", "--dp-size", dp)
+    assert (rc, out, err) == (2, "", f"prefill-delayer simulate: --dp-size must be an integer in [1, 256], got {dp}\n")

@@ -1,0 +1,170 @@
+"""``prefill-delayer simulate --suite``: the workloads, the bound (its formula, and that no policy beats it), the CLI."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from prefill_delayer.cli import main as cli
+from prefill_delayer.sim import suite_run
+from prefill_delayer.sim.bound import (Demand, Slopes, aligned_prefill_tok_s, capacity_tok_s, demand, own_prefill_s,
+                                       window_capacity_tok_s)
+from prefill_delayer.sim.config import SimConfig, Variant
+from prefill_delayer.sim.cost import CostModel
+from prefill_delayer.sim.options import add_arguments, settings
+from prefill_delayer.sim.suite import DEFAULT, SUITES
+from prefill_delayer.spec.registry import all_profiles, policy_of
+
+TOL = 0.01
+
+
+def _settings(*argv: str) -> tuple[dict, set]:
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    return settings(p.parse_args(list(argv)))
+
+
+def test_the_bound_on_a_hand_computed_case():
+    # dp=2, chunk 1000, 10 running per rank; floor 0.1 s, attention 1e-4 s per prefill token and 1e-3 s per
+    # decoding request on a rank, MoE 1e-5 s per token over both ranks.
+    cost = CostModel(floor_s=0.1, attn_token_s=1e-4, attn_decode_s=1e-3, moe_token_s=1e-5, idle_pass_s=0.001)
+    config = SimConfig(dp_size=2, chunked_prefill_size=1000, max_running_requests=10, max_prefill_tokens=1000, cost=cost)
+    slopes = Slopes.of(cost, 2, 1000, 10)
+    # a = (1e-4 * 1000 + 1e-5 * 2000) / 2000; b = (1e-3 * 10 + 1e-5 * 20) / 20; lone = (1e-4 + 1e-5)
+    assert slopes.aligned_token_s == pytest.approx(6e-5)
+    assert slopes.decode_token_s == pytest.approx(5.1e-4)
+    assert slopes.lone_token_s == pytest.approx(1.1e-4)
+    # No decode: an aligned full-chunk pass, 2000 tokens per max(0.1, 0.12) s.
+    assert capacity_tok_s(slopes, config, Demand(500, 0)) == pytest.approx(2000 / 0.12)
+    assert aligned_prefill_tok_s(slopes, config) == pytest.approx(2000 / cost.pass_seconds([(1000, 0)] * 2))
+    # 10 decode tokens per 500-token prompt (delta 0.02): max(6e-5 + 5.1e-4 * 0.02, 0.1 / 2000, 0.1 * 0.02 / 20)
+    # = max(7.02e-5, 5e-5, 1e-4): the decode passes' floor binds, 10,000 tok/s.
+    assert capacity_tok_s(slopes, config, Demand(500, 10)) == pytest.approx(10_000)
+    # A 2,500-token prompt alone: three chunks of at least the floor (0.3 s), more than 2500 * 1.1e-4 = 0.275 s.
+    assert own_prefill_s(slopes, 1000, 2500) == pytest.approx(0.3)
+    assert own_prefill_s(slopes, 1000, 10_000) == pytest.approx(1.1)  # 10 * 0.1 = 1.0 < 1.1
+    # A 1 s window that decoded 100 tokens: (1 - 5.1e-4 * 100) / 6e-5 = 15,816.7 tok/s, under the
+    # floor's 2000 tokens per 0.1 s pass; with no decode the floor's 20,000 is above the 16,666.7 of cost.
+    assert window_capacity_tok_s(slopes, config, 1.0, 100) == pytest.approx(0.949 / 6e-5)
+    assert window_capacity_tok_s(slopes, config, 1.0, 0) == pytest.approx(1 / 6e-5)
+    assert window_capacity_tok_s(Slopes(6e-6, 5.1e-4, 1.1e-4, 0.1), config, 1.0, 0) == pytest.approx(20_000)
+
+
+def test_the_default_suite_holds_every_workload_of_the_issue():
+    by_name = {w.name: w for w in DEFAULT}
+    scenarios = [w.options.get("scenario") for w in DEFAULT]
+    assert "32880" in scenarios and "35241" in scenarios
+    family = [w for w in DEFAULT if w.options.get("scenario") == "35241"]
+    assert len({w.options.get("drift") for w in family if w.options.get("drift")}) >= 3  # the drift family
+    assert {w.options.get("health_dispatch") for w in family} >= {"shared", "separate"}  # 0.5.17's, 0.5.23's
+    poisson = [w for w in DEFAULT if len(w.streams) == 1 and w.streams[0].burst is None and w.options.get("dp_size") == 8
+               and w.streams[0].output == DEFAULT[-1].streams[0].output]
+    assert {w.load for w in poisson} >= {0.5, 0.8, 1.0, 1.2}
+    assert any(s.burst for w in DEFAULT for s in w.streams)
+    longs = [w for w in DEFAULT if len(w.streams) > 1]
+    assert longs and any(_mean(a.prompt) >= 10 * _mean(b.prompt) for w in longs for a in w.streams for b in w.streams)
+    assert any(w.streams and all(_mean(s.output) > 2 * _mean(s.prompt) for s in w.streams) for w in DEFAULT)  # decode-heavy
+    assert {w.options.get("dp_size") for w in DEFAULT if w.streams} >= {8, 16}
+    assert len(by_name) == len(DEFAULT) and set(SUITES) >= {"default"}
+
+
+def _mean(text: str) -> float:
+    lo, _, hi = text.partition(":")
+    return (int(lo) + int(hi or lo)) / 2
+
+
+def test_the_saturated_rate_comes_from_the_cost_model():
+    s, given = _settings("--suite", "default")
+    spec = next(w for w in DEFAULT if w.name == "poisson-100")
+    case, _ = suite_run.plan(spec, ["off"], s, given)
+    slopes = Slopes.of(case.config.cost, case.config.dp_size, case.config.chunked_prefill_size, case.config.max_running_requests)
+    d = demand(case.workload)
+    assert case.rate * d.prompt == pytest.approx(capacity_tok_s(slopes, case.config, d))
+    cheaper = CostModel(moe_token_s=case.config.cost.moe_token_s / 2)
+    assert capacity_tok_s(Slopes.of(cheaper, 8, case.config.chunked_prefill_size, 128), case.config, d) > case.rate * d.prompt
+
+
+def test_the_default_profiles_are_the_registrys():
+    expected = ["off", *(p for p in all_profiles() if policy_of(p).sim is not None)]
+    assert suite_run.default_profiles() == expected
+    assert {"seed", "hardened", "pdi-0.5.23"} <= set(expected)
+
+
+@pytest.fixture(scope="module")
+def short_runs():
+    """Every workload, shortened, against every default profile: (case, rows)."""
+    s, given = _settings("--suite", "default", "--duration", "60")
+    out = []
+    for spec in DEFAULT:
+        case, variants = suite_run.plan(spec, suite_run.default_profiles(), s, given)
+        out.append((case, [suite_run.measure(case, v) for v in variants]))
+    return out
+
+
+def test_no_policy_beats_the_bound_on_short_runs(short_runs):
+    for case, rows in short_runs:
+        for row in rows:
+            f_in, f50, f99 = row.fractions()
+            where = f"{case.spec.name} {row.policy}"
+            assert row.input_tok_s <= row.bound.input_tok_s * (1 + TOL), where
+            assert f50 is not None and f50 <= 1 + TOL, where
+            assert f99 is not None and f99 <= 1 + TOL, where
+
+
+def test_the_bound_is_reached_so_a_lower_one_would_be_beaten(short_runs):
+    # The check above fails for a bound 2% too low: on these workloads some policy serves within 2% of it.
+    best = {case.spec.name: max(r.fractions()[0] for r in rows) for case, rows in short_runs}
+    assert best["35241-dispatch-0.5.23"] >= 0.98  # capacity-bound: aligned full-chunk passes
+    assert best["poisson-50"] >= 0.98  # arrival-bound
+    assert max(max(r.fractions()[1] for r in rows) for _, rows in short_runs) >= 0.5  # TTFT: p50 within 2x somewhere
+
+
+def test_the_cli_runs_a_tiny_suite_with_json_and_plot(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    out_json, out_png = tmp_path / "suite.json", tmp_path / "suite.png"
+    assert cli(["simulate", "--suite", "default", "--duration", "20", "--profile", "off", "--profile", "hardened",
+                "--json", str(out_json), "--plot", str(out_png), "--progress"]) == 0
+    out, err = capsys.readouterr()
+    assert "| workload | policy | input tok/s | of bound | TTFT p50 | of bound | TTFT p99 | of bound |" in out
+    assert "wall time:" in out
+    assert len([line for line in err.splitlines() if line.startswith("[")]) == 2 * len(DEFAULT)
+    doc = json.loads(out_json.read_text())
+    assert doc["suite"] == "default" and [w["name"] for w in doc["workloads"]] == [w.name for w in DEFAULT]
+    for w in doc["workloads"]:
+        assert [r["policy"].split("+")[0] for r in w["results"]] == ["off", "hardened"], w["name"]
+        for r in w["results"]:
+            for key in ("input_frac", "ttft_p50_frac", "ttft_p99_frac"):
+                assert r[key] is not None and 0 < r[key] <= 1 + TOL, (w["name"], r["policy"], key)
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_suite_list(capsys):
+    assert cli(["simulate", "--suite", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "default (" in out and all(w.name in out for w in DEFAULT)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--suite", "nope"], "unknown suite 'nope': expected one of default"),
+    (["--suite", "default", "--rate", "3"], "--rate does not apply with --suite"),
+    (["--suite", "default", "--scenario", "35241"], "--scenario does not apply with --suite"),
+    (["--suite", "default", "--profile", "nope"], "unknown profile 'nope'"),
+    (["--suite", "default", "--duration", "-1"], "--duration must be simulated seconds > 0"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
+    assert cli(["simulate", *argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and message in err, err
+
+
+def test_nothing_is_written_when_an_output_cannot_be(tmp_path, capsys):
+    out_json = tmp_path / "suite.json"
+    assert cli(["simulate", "--suite", "calibration", "--duration", "20", "--profile", "off", "--json", str(out_json),
+                "--plot", str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err and not out_json.exists()
+
+
+def test_variants_label_the_forced_dispatch():
+    assert Variant.of("sglang-0.5.17", health_dispatch="separate").label == "sglang-0.5.17+health-separate"
