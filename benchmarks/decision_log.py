@@ -160,7 +160,7 @@ def write_group_day(folder: Path, records: int, world: int = WORLD, seed: int = 
             usage = usage - rng.random() * 0.01  # a ratio at full precision, as SGLang's token usage is
             inp = policy.input_cls(prefillable, usage, rb, pb, mrr, wq)
             state = step.finalize(cores[r].state)
-            rows[r] = policy.local_row(PY, c, inp, policy.local_for(PY, state, clocks[r][0], inp)) + list(env.tail)
+            rows[r] = policy.local_row(PY, c, inp, policy.local_for(PY, state, clocks[r][0], inp)) + list(env.tail) + [env.stamp(k + 1)]  # the pass stamp: pass k + 1 (each core ends its passes)
             inputs.append(inp)
         for core, inp in zip(cores, inputs):
             core.negotiate(*inp)

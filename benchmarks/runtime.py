@@ -5,8 +5,9 @@
 For each world size, that many processes join a gloo group on 127.0.0.1 and
 time, in interleaved rounds (so drift hits all three alike):
 
-* ``bare``: ``torch.distributed.all_gather_single`` of one 9-int row into a
-  preallocated buffer — the floor any implementation pays;
+* ``bare``: ``torch.distributed.all_gather_single`` of one row as long as ours
+  (the policy's fields and the envelope) into a preallocated buffer — the floor
+  any implementation pays;
 * ``ours``: one scheduler pass through ``PrefillDelayerSinglePassExecutor``
   (negotiate + finalize) of this runtime;
 * ``seed``: the same pass through the classes of SGLang's seed release
@@ -36,7 +37,6 @@ from typing import Any, Callable, Optional
 from . import verdict
 from ..runtime.server_args import ServerArgs
 
-ROW = 9
 # Per runner ("bare", "ours", "seed"), one (wall, CPU) µs-per-pass pair per round.
 Timings = dict[str, list[tuple[float, float]]]
 SERVER_ARGS = dict(enable_dp_attention=True, prefill_delayer_queue_min_ratio=0.5, prefill_delayer_max_delay_ms=None)
@@ -106,9 +106,10 @@ def _worker(rank: int, world: int, port: int, passes: int, rounds: int, with_see
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=timedelta(seconds=60))
     try:
         group = dist.group.WORLD
-        send = torch.zeros(ROW, dtype=torch.int64)
-        recv = torch.zeros(world * ROW, dtype=torch.int64)
         ours = _our_delayer(world, group)
+        row_len = ours.core.envelope.row_len
+        send = torch.zeros(row_len, dtype=torch.int64)
+        recv = torch.zeros(world * row_len, dtype=torch.int64)
         runners: dict[str, Callable[[int], None]] = {
             "bare": lambda k: dist.all_gather_single(recv, send, group=group),
             "ours": lambda k: _pass(PrefillDelayerSinglePassExecutor, ours, world, rank, k),

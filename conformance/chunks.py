@@ -294,7 +294,7 @@ def parse_v1(log: RankLog, model: Model, pieces: list[tuple[Segment, list[bytes]
 
 def cols_of_records(model: Model, recs: list, place: Optional[int]) -> RankCols:
     """Format-1 records as columns (the rows are every rank's, so the view is folded from them)."""
-    from ..runtime.envelope import Envelope
+    from ..runtime.envelope import PASS_MASK, Envelope
 
     env = Envelope(model.c)
     k = env.n_policy
@@ -313,6 +313,7 @@ def cols_of_records(model: Model, recs: list, place: Optional[int]) -> RankCols:
                                 else np.zeros((k, n), dtype=np.int64)), view=None, before=before, decision=dec,
         digest=np.array([digest_of_bytes(row.astype("<i8").tobytes()) for row in rows], dtype=np.int64), rows=rows,
         fi=np.array([r.fi for r in recs], dtype=np.int64), line=np.array([r.line for r in recs], dtype=np.int64), recs=recs,
+        stamp=rows[:, (place or 0) * env.row_len + env.f_stamp] & PASS_MASK,  # equal on every row of a pass that was decided
     )
 
 
@@ -455,6 +456,7 @@ def _cols_of_matrix(m: np.ndarray, model: Model, line: np.ndarray, fi: np.ndarra
     return RankCols(
         number=m[:, 0].astype(np.int64), now=m[:, by_name["now"]], readings=readings, own=own, view=p.view_cls(*view),
         before=before, decision=dec, digest=m[:, by_name["digest"]].astype(np.int64), rows=rows, fi=fi, line=line,
+        stamp=m[:, by_name["pass_stamp"]].astype(np.int64),
     )
 
 

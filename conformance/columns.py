@@ -52,6 +52,7 @@ class RankCols:
     recs: Optional[list] = None  # format 1: the parsed records themselves
     fails: list = field(default_factory=list)
     sets: list = field(default_factory=list)
+    stamp: Optional[np.ndarray] = None  # the pass number of this rank's row's stamp (format 2 logs it; format 1 rows hold it)
 
     def __len__(self) -> int:
         return len(self.number)

@@ -205,6 +205,7 @@ def merge_digests(paths: list[str], jobs: Optional[int] = None) -> tuple[Report,
         for lo, hi in _ranges(run):
             cols = [_load(d, i, r, lo, hi) for d, i, r in run]
             stitch._cross(cross_check(s, model, cols, compact))
+        stitch.session_checks(merged=True)
         report.checked["conformance"] += sum(report.stats[(s.index, log.rank)].passes for log in s.logs)
     for d in digests:
         for key, n in d.meta["counts"].items():

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Optional, Sequence
 
+from ..runtime.envelope import Envelope
 from ..runtime.reduce import envelope_for
 from ..spec.config import Config
 from ..spec.policy import ALL_GATHER
@@ -361,6 +362,10 @@ def parse_header(o: dict[str, Any]) -> tuple[dict[str, Any], Config]:
     if config.policy.collective != ALL_GATHER:  # a reduced row holds no rank's own row to re-fire it from
         raise ValueError(f"a log of {config.policy.title}, whose collective is an {config.policy.collective}: check-log "
                          "reads logs of all-gather policies only (each line records the reduced row, not the rank's own)")
+    fields = list(Envelope(config).row_fields)
+    if o.get("row_fields", fields) != fields:
+        raise ValueError(f"its rows hold {_show(o['row_fields'], 200)} but this build's hold {_show(fields, 200)}: "
+                         "written by another build of the runtime; check it with the build that wrote it")
     gr = o["group_rank"]
     if gr is not None and not (_is_count(gr) and gr < config.world_size):
         raise ValueError(f"field 'group_rank' expected null or an integer in [0, {config.world_size}), got {_show(gr)}")

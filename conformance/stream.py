@@ -42,6 +42,7 @@ from .checks import (
 from .chunks import FileInfo, Segment, offset_of, parse_v1, parse_v2, read_segments, scan_file
 from .arrayops import broadcast
 from .columns import Model, RankCols, run_lengths
+from .desync import drift_finding
 from .logread import LogError, PassRec, RankLog, expand
 
 CHUNK_RECORDS = 96 * 1024  # records per chunk (all ranks): about 100 MB at most in a worker while it parses
@@ -207,7 +208,9 @@ def window(s: Session, lo: int, hi: int) -> list[dict[int, PassRec]]:
             for log, segs in zip(logs, task.segments)]
     env = Envelope(s.config)
     maps: list[dict[int, PassRec]] = []
-    own = [{int(n): c.own[:, i].tolist() for i, n in enumerate(c.number)} for c in cols]
+    # each rank's own row with its envelope: no error, the fingerprint, the stamp of a decided pass (no skip flag)
+    own = [{int(n): c.own[:, i].tolist() + list(env.tail) + [env.tag_bits | (int(c.stamp[i]) if c.stamp is not None else 0)]
+            for i, n in enumerate(c.number)} for c in cols]
     for log, c in zip(logs, cols):
         m = {}
         for i, number in enumerate(c.number.tolist()):
@@ -218,7 +221,7 @@ def window(s: Session, lo: int, hi: int) -> list[dict[int, PassRec]]:
                 rows = []
                 by_place = {lg.group_rank: o[number] for lg, o in zip(logs, own)}
                 for q in range(s.config.world_size):
-                    rows += list(by_place.get(q, [0] * env.n_policy)) + list(env.tail)
+                    rows += list(by_place.get(q, [0] * env.n_policy + list(env.tail) + [env.tag_bits]))
             m[number] = record(c, i, rows)
         maps.append(m)
     return maps
@@ -283,6 +286,8 @@ class CrossOut:
     mixed: int = 0
     mixed_resolved: Counter = field(default_factory=Counter)
     disagreements: int = 0
+    # per rank place: where its stamps' drift from the first rank logging the pass changes (``stamp_drift``)
+    drift: list = field(default_factory=list)
 
 
 @dataclass
@@ -527,10 +532,13 @@ class CrossCols:
     view: Optional[tuple]
     fi: np.ndarray
     line: np.ndarray
+    stamp: Optional[np.ndarray] = None  # the pass number of the rank's row's stamp (``RankCols.stamp``)
 
     def arrays(self, prefix: str) -> dict[str, np.ndarray]:
         out = {f"{prefix}number": self.number, f"{prefix}digest": self.digest, f"{prefix}reason": self.reason.astype(str),
                f"{prefix}mixed": self.mixed, f"{prefix}own": self.own, f"{prefix}fi": self.fi, f"{prefix}line": self.line}
+        if self.stamp is not None:
+            out[f"{prefix}stamp"] = self.stamp
         for part in ("keys", "nexts", "befores", "readings", "groups"):
             for k, v in getattr(self, part).items():
                 out[f"{prefix}{part}:{k}"] = np.asarray(v) if np.asarray(v).dtype.kind != "U" else np.asarray(v).astype(str)
@@ -548,7 +556,8 @@ class CrossCols:
         views = sorted((int(n.rsplit(":", 1)[1]), n) for n in names if n.startswith(f"{prefix}view:"))
         return cls(get(f"{prefix}number"), get(f"{prefix}digest"), part("keys"), part("nexts"), part("befores"),  # type: ignore[arg-type]
                    part("readings"), get(f"{prefix}reason"), get(f"{prefix}mixed"), part("groups"), get(f"{prefix}own"),  # type: ignore[arg-type]
-                   tuple(get(n) for _, n in views) if views else None, get(f"{prefix}fi"), get(f"{prefix}line"))  # type: ignore[arg-type]
+                   tuple(get(n) for _, n in views) if views else None, get(f"{prefix}fi"), get(f"{prefix}line"),  # type: ignore[arg-type]
+                   get(f"{prefix}stamp") if f"{prefix}stamp" in names else None)
 
     def take(self, mask: np.ndarray) -> "CrossCols":
         def cut(d: dict) -> dict:
@@ -557,7 +566,7 @@ class CrossCols:
         return CrossCols(self.number[mask], self.digest[mask], cut(self.keys), cut(self.nexts), cut(self.befores),
                          cut(self.readings), self.reason[mask], self.mixed[mask], cut(self.groups), self.own[:, mask],
                          None if self.view is None else tuple(v[mask] if isinstance(v, np.ndarray) else v for v in self.view),
-                         self.fi[mask], self.line[mask])
+                         self.fi[mask], self.line[mask], None if self.stamp is None else self.stamp[mask])
 
 
 def cross_cols(model: Model, c: RankCols, view: Any) -> CrossCols:
@@ -573,7 +582,7 @@ def cross_cols(model: Model, c: RankCols, view: Any) -> CrossCols:
         {k: np.asarray(getattr(c.decision.next_state, k)) for k in p.shared}, {k: np.asarray(getattr(c.before, k)) for k in p.shared},
         {k: v for k, v in c.readings.items() if k in local}, np.asarray(c.decision.output_reason),
         counts.get("mixed", np.zeros(n, bool)), {g.id: counts.get(f"group:{g.id}", np.zeros(n, bool)) for g in model.groups},
-        c.own, logged_view, c.fi, c.line)
+        c.own, logged_view, c.fi, c.line, c.stamp)
 
 
 class _Obj:
@@ -649,8 +658,40 @@ def cross_check(s: Session, model: Model, cols: list[CrossCols], compact: bool) 
     for p in np.flatnonzero(multi & (~agree | ~rows_same)):
         out.interesting[int(p)] = [(r, _lite(model, cols[r], int(np.searchsorted(cols[r].number, numbers[p]))))
                                    for r in range(R) if present[r, p]]
+    if all(c.stamp is not None for c in cols):
+        out.drift = stamp_drift(s, cols, idx, present, first, numbers)
     if compact:
         out.findings += _rebuilt_checks(s, model, cols, present, numbers)
+    return out
+
+
+def stamp_drift(s: Session, cols: list[CrossCols], idx: list[np.ndarray], present: np.ndarray, first: np.ndarray,
+                numbers: np.ndarray) -> list[list[tuple]]:
+    """Per rank place, where the pass number its row's stamp carried stops being that of the first rank logging the
+    same pass (or comes back to it): [(drift, pass, first rank's place, its stamp, this rank's, where both logged it)].
+
+    A pass decided by every rank carries one stamp on every row, so ranks that logged pass ``n`` from one collective
+    log equal stamps; a drift is one rank's pass ``n`` taken from another collective than its peer's pass ``n``
+    (``desync``'s same-pass check)."""
+    R, P = present.shape
+    m = np.zeros((R, P), dtype=np.int64)
+    for r, (c, ix) in enumerate(zip(cols, idx)):
+        m[r, ix] = c.stamp  # type: ignore[assignment]
+    head = m[first, np.arange(P)]
+    drift = m - head
+    out: list[list[tuple]] = []
+    for r in range(R):
+        pos = np.flatnonzero(present[r])
+        d = drift[r, pos]
+        change = np.ones(len(d), dtype=bool)
+        change[1:] = d[1:] != d[:-1]
+        events = []
+        for p, dv in zip(pos[change].tolist(), d[change].tolist()):
+            b = int(first[p])
+            i, j = int(np.searchsorted(cols[r].number, numbers[p])), int(np.searchsorted(cols[b].number, numbers[p]))
+            where = [s.logs[r].where(int(cols[r].fi[i]), int(cols[r].line[i])), s.logs[b].where(int(cols[b].fi[j]), int(cols[b].line[j]))]
+            events.append((int(dv), int(numbers[p]), b, int(head[p]), int(m[r, p]), where))
+        out.append(events)
     return out
 
 
@@ -668,10 +709,12 @@ def _rebuilt_checks(s: Session, model: Model, cols: list[CrossCols], present: np
         return []
     P = len(complete)
     flat = np.empty((P, s.config.world_size, env.row_len), dtype=np.int64)
-    flat[:, :, env.n_policy:] = np.array(env.tail, dtype=np.int64)
+    flat[:, :, env.f_error:env.f_stamp] = np.array(env.tail, dtype=np.int64)
     pos = [np.searchsorted(c.number, numbers[complete]) for c in cols]
     for r, (log, c) in enumerate(zip(logs, cols)):
         flat[:, log.group_rank, : env.n_policy] = c.own[:, pos[r]].T
+        # a decided pass's stamp: the policy's tag and the pass number the rank logged (no skip flag)
+        flat[:, log.group_rank, env.f_stamp] = env.tag_bits | (c.stamp[pos[r]] if c.stamp is not None else 0)
     flat2 = flat.reshape(P, -1)
     data = flat2.astype("<i8").tobytes()
     size = flat2.shape[1] * 8
@@ -737,6 +780,7 @@ class Stitcher:
         self.plot = plot
         self.timeline: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in s.logs]
         self.refired = 0
+        self.drift = [0] * len(s.logs)  # each rank's stamp drift from its peers, carried across chunks
 
     def add(self, out: ChunkOut) -> None:
         for r, ro in enumerate(out.ranks):
@@ -948,6 +992,12 @@ class Stitcher:
         stats["mixed_resolved"].update(co.mixed_resolved)
         stats["disagreements"] += co.disagreements
         report.checked["agreement"] += co.compared
+        for r, events in enumerate(co.drift):
+            for d, number, b, base_stamp, stamp, where in events:
+                if d != self.drift[r]:
+                    self.drift[r] = d
+                    if d:
+                        report.add(drift_finding(s, r, b, number, base_stamp, stamp, where))
         # agreement findings, with where the ranks split
         multi = np.flatnonzero(co.multi)
         same = co.same_state
@@ -992,6 +1042,27 @@ class Stitcher:
                 start0 = None
             self.group[g.id] = (last_run, start0)
         self.prev_number = int(num[-1])
+
+    def session_checks(self, merged: bool = False) -> None:
+        """The desync checks over the whole run: the runtime's refused collectives (from the fail lines: a node's
+        digest keeps these findings), and every rank logged (cross-rank: a node's digest leaves it to the merge)."""
+        from .desync import desync_errors, every_rank_logged
+
+        report = self.report
+        if not merged:
+            desync_errors(report, self.s)
+        add = report.add
+
+        def tagged(f: Finding) -> None:
+            f.scope = "cross"  # type: ignore[attr-defined]
+            report.cross_counts[(f.category, f.property)] += 1
+            add(f)
+
+        report.add = tagged  # type: ignore[method-assign]
+        try:
+            every_rank_logged(report, self.s)
+        finally:
+            del report.add
 
     def finish(self) -> None:
         for r, log in enumerate(self.s.logs):
@@ -1054,6 +1125,7 @@ def check_stream(paths: list[str], *, own_profile: bool = False, exact: bool = F
             if progress is not None:
                 progress(f"{done}/{total} pass records")
         stitch.finish()
+        stitch.session_checks()
         report.refired += stitch.refired
         report.window = window  # type: ignore[attr-defined]
         timelines[s.index] = stitch.timeline

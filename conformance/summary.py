@@ -14,6 +14,7 @@ from ..runtime.decision_log import build_spec_hash
 from ..spec.fields import reason_name
 from ..spec.monitors import Agreement, GroupRunBound, RunReport, is_monitor
 from .checks import AGREEMENT, CONFORMANCE, INVARIANT, Report
+from .desync import CHECKS as DESYNC_CHECKS
 
 # Rows of the verdict table that hold for every policy: (category, property, what it covers).
 CONFORMANCE_CHECKS = (
@@ -33,7 +34,7 @@ def _policies(report: Report) -> list:
 
 def checks_of(report: Report) -> list[tuple[str, str, str, str]]:
     """The verdict table's rows: the conformance checks, then each policy's agreement and monitors (category, property, what, statement)."""
-    rows = [(c, p, w, "") for c, p, w in CONFORMANCE_CHECKS]
+    rows = [(c, p, w, "") for c, p, w in CONFORMANCE_CHECKS + DESYNC_CHECKS]
     seen = set()
     policies = _policies(report)
     for category, wanted in ((AGREEMENT, True), (INVARIANT, False)):

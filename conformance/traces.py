@@ -32,6 +32,7 @@ from ..spec.schema import config_keys, expect_of
 from ..traces.format import validate_trace
 from ..traces.violations import replayable
 from .checks import Finding, Report, Session, shared_state
+from .desync import DESYNC
 from .logread import PassRec
 
 MAX_TRACES_PER_PROPERTY = 20
@@ -135,6 +136,13 @@ def export_traces(report: Report, directory: str | Path, write: Optional[Callabl
     out: list[dict[str, Any]] = []
     folder = Path(directory)
     for s in report.sessions:
+        desync = [f for f in report.findings if f.session == s.index and f.category == DESYNC]
+        for f in desync[:1]:  # the earliest: the findings after it are its consequences
+            out.append({"property": f.property, "pass": f.pass_number, "path": None,
+                        "why": "a desync (ranks that logged nothing, or rows of different passes or of another "
+                               "delayer paired) has no trace: replay runs every rank's passes in step through one "
+                               "gather, and this build's runtime refuses such a collective before any decision; "
+                               "the findings of later passes compare different collectives"})
         flagged = [f for f in report.findings if f.session == s.index and f.property in replayable(s.config.policy)]
         if not flagged:
             continue

@@ -7,7 +7,7 @@ Importing this package needs neither torch (imported when a default
 
 from .core import PolicyCore
 from .delayer import PrefillDelayer, PrefillDelayerSinglePassExecutor
-from .errors import CollectiveError, ConfigMismatchError, PeerInputError
+from .errors import CollectiveError, ConfigMismatchError, DesyncError, PeerInputError
 from .gather import GatherFn, TorchGather
 from .inprocess import InProcessGroup, run_ranks
 from .metrics import PrometheusPrefillDelayerMetrics, record_single_pass_result
@@ -16,6 +16,7 @@ from .server_args import ServerArgs
 __all__ = [
     "CollectiveError",
     "ConfigMismatchError",
+    "DesyncError",
     "GatherFn",
     "InProcessGroup",
     "PeerInputError",

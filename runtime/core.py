@@ -11,8 +11,16 @@ difference raises ``AssertionError``; the test suite runs that way.
 Failures never half-update the state: a pass computes its next state without
 touching the current one and stores it only once the pass has succeeded.
 Errors whose cause is in the gathered rows (a bad input on some rank, a
-configuration mismatch) are raised identically on every rank, after a
-collective every rank took part in (``runtime.envelope``).
+configuration mismatch, rows of another pass or of another delayer) are raised
+identically on every rank, after a collective every rank took part in
+(``runtime.envelope``).
+
+Each row carries the rank's pass number (``pass_stamp``). A pass ends at
+``finalize()``, which advances it; ``negotiate`` never does. So a rank that
+ends a pass without negotiating (a skip) or negotiates twice before ending one
+(a repeat) sends another pass number than its peers on the next collective,
+and every rank raises ``DesyncError`` there instead of deciding on rows of
+different passes. ``skip()`` announces a skip in the pass itself.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ from ..spec.fields import clock_problem
 from ..spec.inputs import CLOCK
 from ..spec.policy import ALL_GATHER
 from .decision_log import DecisionLog, open_decision_log
-from .envelope import Envelope, ensure_rows
+from .envelope import PASS_MASK, Envelope, ensure_rows
 from .errors import CollectiveError
 from .gather import GatherFn, describe
 from .server_args import get_bool_env_var
@@ -88,6 +96,9 @@ class PolicyCore:
         self._fingerprint = env.fingerprint
         self._n = env.row_len
         self._f_error, self._f_fingerprint = env.f_error, env.f_fingerprint
+        # An all-reduce's row (``runtime.reduce``) is reduced, not one row per rank: it carries no pass stamp.
+        self._f_stamp: Optional[int] = getattr(env, "f_stamp", None)
+        self._tag_bits: int = getattr(env, "tag_bits", 0)
         self._problems = env.checks.problems
         # The compiled row ends with the envelope of a valid row.
         self._step = CompiledStep(c, row_tail=env.tail, row_len=env.row_len)
@@ -95,6 +106,8 @@ class PolicyCore:
         self._pure = Step(c, self._step.table)
         self._state = policy.init
         self._passes = 0
+        self._pass = 1  # the pass this rank is on: 1 + the passes it ended (finalize)
+        self._stamp = env.stamp(1) if self._f_stamp is not None else 0
         # Last: the header it writes records the finished configuration.
         self._log: Optional[DecisionLog] = open_decision_log(decision_log, c, gather, registry=registry)
         self.negotiate = types.MethodType(self._pass_function(), self)  # type: ignore[method-assign]
@@ -138,6 +151,11 @@ class PolicyCore:
         return self._passes
 
     @property
+    def pass_number(self) -> int:
+        """The pass this rank is on, as its rows stamp it: 1 + the passes it ended with ``finalize()``."""
+        return self._pass
+
+    @property
     def decision_log(self) -> Optional[DecisionLog]:
         """The decision log, or ``None`` when it is off."""
         return self._log
@@ -159,16 +177,25 @@ class PolicyCore:
         """One pass: gather every rank's row and fire the table's ``negotiate``; ``args`` are the policy's inputs.
 
         Returns the policy's decision. A pass left unfinalized by a caller is
-        finalized first. Raises ``PeerInputError`` / ``ConfigMismatchError`` on
-        every rank alike, ``CollectiveError`` when the gather fails; in every
-        case the state is as before the call. Each core replaces this method by
+        finalized first, but stays the same pass: its rows carry the same pass
+        number, so a rank that negotiates twice while its peers move on makes
+        every rank raise ``DesyncError``. Raises ``PeerInputError`` /
+        ``ConfigMismatchError`` / ``DesyncError`` on every rank alike,
+        ``CollectiveError`` when the gather fails; in every case the state is
+        as before the call. Each core replaces this method by
         the same pass compiled for its policy's inputs (``_PASS``: named
         parameters with their defaults, no argument tuple to pack and unpack).
         """
         return self.negotiate(*args)  # the instance's compiled pass, bound in __init__
 
     def finalize(self) -> Any:
-        """End of pass: fire the table's ``finalize`` (for SGLang's delayer: released -> idle; delaying stays)."""
+        """End of pass: fire the table's ``finalize`` (for SGLang's delayer: released -> idle; delaying stays).
+
+        Advances the pass number the rows carry, whether or not this pass negotiated:
+        a pass ended without a negotiation is a skip, which the next collective shows.
+        """
+        self._pass = p = self._pass + 1
+        self._stamp = self._tag_bits | (p & PASS_MASK)
         before = self._state
         after = self._step.finalize(before)
         if self._shadow is not None and after != before:  # a state without a finalize row is already finalized
@@ -178,6 +205,56 @@ class PolicyCore:
                 raise AssertionError(f"compiled finalize gave {after}, the transitions machine {want}")
         self._state = after
         return after
+
+    def skip(self) -> None:
+        """This rank's host skips this pass's negotiation: take part in the pass's one all-gather as skipping.
+
+        When every rank skips, nothing is decided and nothing changes: the pass
+        is not counted, as a pass where no rank negotiated. When some rank
+        negotiates this pass instead, every rank raises the same ``DesyncError``
+        (naming the skipping ranks) and the state is as before, so that no rank
+        decides on a pass some ranks did not take part in, and no rank's
+        all-gather pairs with another collective of the skipping rank's. Other
+        failures are ``negotiate``'s (``CollectiveError``, ``ConfigMismatchError``).
+        """
+        env = self.envelope
+        pass_number, stamp = self._passes + 1, self._stamp
+        flat: Optional[Sequence[int]] = None
+        try:
+            flat = self._gather_rows(env.skip_row(stamp), pass_number)
+            if env.all_skipped(flat, stamp):
+                return
+            env.reject(flat, pass_number, self._group, [], None, self._gather_again)
+        except Exception as failure:
+            if self._log is not None:
+                self._log.failed(pass_number, None, {}, flat, self._state, failure)
+            raise
+
+    def _gather_rows(self, row: list[int], pass_number: int) -> Sequence[int]:
+        """Every rank's row, concatenated; ``CollectiveError`` when the gather fails or returns another shape."""
+        gather_flat = self._gather_flat
+        try:
+            flat = gather_flat(row) if gather_flat is not None else self._gather(row)
+        except Exception as err:
+            raise self._gather_failure(err, pass_number) from err
+        if gather_flat is None:
+            flat = ensure_rows(flat, self.envelope, pass_number, self._group)
+        return flat
+
+    def _gather_failure(self, err: BaseException, pass_number: int) -> CollectiveError:
+        """The error of a gather that raised. Before any pass has succeeded, it says what a peer that
+        left the very first all-gather most often is: a rank without this delayer (on gloo, the rank
+        whose rows are shorter is aborted, and its peers see it go)."""
+        hint = ""
+        if self._passes == 0:
+            hint = (f" (no pass has succeeded on this group yet: if a peer runs another delayer, such as SGLang's own "
+                    f"PrefillDelayer where PREFILL_DELAYER_PROFILE is not set, whose rows are not these "
+                    f"{self._n} values, gloo aborts it on its first all-gather with 'Received data size doesn't "
+                    "match expected size'; every rank with the plugin logs 'prefill-delayer active')")
+        return CollectiveError(
+            f"pass {pass_number}: all-gather over {self._group} failed: {type(err).__name__}: {err}{hint}",
+            pass_number=pass_number, group=self._group,
+        )
 
     def _gather_again(self, row: list[int]) -> Sequence[int]:
         """One more row through this pass's gather (a rejected pass's detail: ``runtime.failure_detail``)."""
@@ -216,16 +293,17 @@ def negotiate(self, {params}):
     problem = _clock_problem(now, clock_error)
     if problem is not None:
         problems = [*problems, (_CLOCK, problem)]
-    row = self.envelope.error_row(problems) if problems else step.row(state, now, {args})
+    stamp = self._stamp
+    if problems:
+        row = self.envelope.error_row(problems, stamp)
+    else:
+        row = step.row(state, now, {args})
+        row.append(stamp)
     gather_flat = self._gather_flat
     try:
         flat = gather_flat(row) if gather_flat is not None else self._gather(row)
     except Exception as err:
-        failure = _CollectiveError(
-            f"pass {{pass_number}}: all-gather over {{self._group}} failed: {{type(err).__name__}}: {{err}}",
-            pass_number=pass_number,
-            group=self._group,
-        )
+        failure = self._gather_failure(err, pass_number)
         if self._log is not None:
             self._log.failed(pass_number, now, self._inputs_dict(({args},)), None, state, failure)
         raise failure from err
@@ -239,6 +317,7 @@ def negotiate(self, {params}):
             problems
             or len(flat) != self._flat_len
             or flat[self._f_fingerprint::n].count(self._fingerprint) != self._world_size
+            or flat[self._f_stamp::n].count(stamp) != self._world_size
             or any(flat[self._f_error::n])
         ):
             self.envelope.reject(flat, pass_number, self._group, problems, clock_error, self._gather_again)
@@ -258,7 +337,7 @@ def negotiate(self, {params}):
 """
 
 
-_PASS_LOCALS = frozenset({"self", "step", "state", "pass_number", "problems", "clock_error", "now", "err", "problem", "row",
+_PASS_LOCALS = frozenset({"self", "step", "state", "pass_number", "problems", "clock_error", "now", "err", "problem", "row", "stamp",
                           "gather_flat", "flat", "failure", "n", "r", "x", "decision", "log"})
 
 
@@ -280,9 +359,7 @@ def _compiled_pass(policy_name: str) -> Callable[..., Any]:
         local="".join(f"{by_name[n]}, " for n in policy.local_inputs),
         readings="".join(f"{by_name[n]}, " for n, _ in policy.log.readings),
     )
-    namespace: dict[str, Any] = {
-        "_clock_problem": clock_problem, "_CLOCK": CLOCK, "_CollectiveError": CollectiveError, "_ensure_rows": ensure_rows,
-    }
+    namespace: dict[str, Any] = {"_clock_problem": clock_problem, "_CLOCK": CLOCK, "_ensure_rows": ensure_rows}
     exec(compile(source, f"<prefill_delayer.runtime.core pass of {policy_name}>", "exec"), namespace)
     fn: Callable[..., Any] = namespace["negotiate"]
     fn.__doc__ = PolicyCore.negotiate.__doc__

@@ -284,7 +284,7 @@ def _line2(config: Config, place: int, full: bool) -> Any:
     place in the gather: one f-string generated from the policy's columns; the own row is a slice of ``flat`` and
     the view the fold the compiled step reads (``gathered_view`` over source), so neither is restated here."""
     from ..fsm.compiled import Src, SrcOps, lit
-    from .envelope import Envelope
+    from .envelope import PASS_MASK, Envelope
 
     policy = config.policy
     env = Envelope(config)
@@ -296,6 +296,7 @@ def _line2(config: Config, place: int, full: bool) -> Any:
     parts = ["{number:d}", "{wall:.3f}", "{_flt(float(now))}"]
     parts += [_text2(by_kind[key], f"readings[{i}]") for i, (_, key) in enumerate(policy.log.readings)]
     parts += [f"{{flat[{place * n + i}]:d}}" for i in range(k)]
+    parts.append(f"{{flat[{place * n + env.f_stamp}] & {PASS_MASK}:d}}")  # the stamp's pass number (its tag is the policy's)
     parts += [_text2(by_kind[f"view.{a.name}"], lit(value)) for a, value in zip(policy.view, view)]
     state_kinds = [CONTROL] + [f.kind for f in policy.state_fields]
     parts += [_text2(kind, f"before[{i}]") for i, kind in enumerate(state_kinds)]

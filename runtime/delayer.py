@@ -177,9 +177,24 @@ class PrefillDelayer:
         """End of pass: fire the table's ``finalize``."""
         return self._core.finalize()
 
+    def skip(self) -> None:
+        """This rank's host skips this pass's negotiation, which its peers may run (``PolicyCore.skip``)."""
+        self._core.skip()
+
     # The seed's private name, for drop-in call sites.
     def _negotiate_should_allow_prefill(self, *args: Any, **kwargs: Any) -> Any:
-        return self.negotiate(*args, **kwargs)
+        """One whole pass outside an executor: negotiate, then end the pass (``finalize``).
+
+        SGLang's scheduler (0.5.14-0.5.23) reaches the delayer only through
+        ``PrefillDelayerSinglePassExecutor``, whose ``finalize`` ends the pass; a caller
+        of this private name (SGLang 0.5.23's own tests call it so) has no executor to
+        end it. Ending it here keeps this rank's pass stamp equal to its peers', whichever
+        of the two entry points each rank uses in a pass. A pass that raised is not ended,
+        as an executor's is not (its ``finalize`` is never reached).
+        """
+        result = self.negotiate(*args, **kwargs)
+        self._core.finalize()
+        return result
 
 
 def _bind_call(host: Any, negotiate: Callable[..., Any]) -> Callable[..., Any]:
@@ -202,8 +217,10 @@ class PrefillDelayerSinglePassExecutor:
 
     Exactly the seed's behaviour: later ``negotiate_should_allow_prefill`` calls
     return the cached verdict; ``finalize`` negotiates as the idle pass (for
-    SGLang's delayer: not prefillable, all counts 0) when nothing did, so every
-    rank runs exactly one collective per pass, then records the outcome; it then
+    SGLang's delayer: not prefillable, all counts 0; SGLang 0.5.23's own
+    ``finalize`` calls ``negotiate_should_allow_prefill(local_prefillable=False)``
+    likewise) when nothing did, so every rank runs exactly one collective per
+    pass and its pass stamp stays its peers', then records the outcome; it then
     fires the table's ``finalize``.
     """
 

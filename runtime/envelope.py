@@ -1,4 +1,4 @@
-"""The runtime's part of every row: what lets every rank detect a peer's bad input or other configuration.
+"""The runtime's part of every row: what lets every rank detect a peer's bad input, other configuration or other pass.
 
 After the policy's own fields (``Policy.row``) each rank appends, the same for
 every policy:
@@ -6,22 +6,51 @@ every policy:
 * ``input_error``: a bit per bad input of this pass (``spec.inputs``), 0 when all
   are valid; a rank with a bad input sends its policy fields as zeros;
 * ``config_fingerprint``: ``Config.fingerprint()``, so ranks built with different
-  configurations refuse the pass on every rank alike.
+  configurations (profile, parameters, the gather's layout) refuse the pass on
+  every rank alike;
+* ``pass_stamp``: which pass the row belongs to, and whose row it is. One
+  int64: bits 0-39 the rank's pass number (mod 2**40), bit 40 set when the
+  rank's host skips this pass's negotiation (``PolicyCore.skip``), bits 41-62
+  the row's tag, a hash of the policy and the row's field names. A row of
+  another delayer or of another collective on the group carries no tag of
+  ours; a row of a rank that skipped, repeated or restarted carries another
+  pass number. Either way no rank decides on it (``DesyncError``).
 
+One all-gather carries all of it: the check costs no second collective.
 ``Envelope`` knows where these sit in a concatenated gather and turns a
-rejected pass's rows into the one error every rank raises.
+rejected pass's rows into the one error every rank raises, read from the
+gathered rows alone so that it is the same on every rank.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any, NoReturn, Optional, Sequence
 
 from ..spec.errors import PassInputError
 from ..spec.inputs import checks_of
-from .errors import CollectiveError, ConfigMismatchError, PeerInputError
+from .errors import CollectiveError, ConfigMismatchError, DesyncError, PeerInputError
 from .failure_detail import Exchange, bad_values_text, config_row, differing_fields, exchanged, row_texts, text_row
 
-FIELDS = ("input_error", "config_fingerprint")
+FIELDS = ("input_error", "config_fingerprint", "pass_stamp")
+
+PASS_BITS = 40
+PASS_MASK = (1 << PASS_BITS) - 1
+SKIP_FLAG = 1 << PASS_BITS
+TAG_SHIFT = PASS_BITS + 1
+TAG_BITS = 63 - TAG_SHIFT  # the stamp stays a non-negative int64
+
+
+def row_tag(policy: Any) -> int:
+    """The tag of a policy's rows: a hash of its name and its row's field names, never 0 (a zeroed buffer's)."""
+    blob = json.dumps(["prefill-delayer row", policy.name, list(policy.row_names + FIELDS)]).encode()
+    return int.from_bytes(hashlib.sha256(blob).digest()[:4], "big") % ((1 << TAG_BITS) - 1) + 1
+
+
+def pass_of(stamp: int) -> int:
+    """The pass number a stamp carries (mod 2**40)."""
+    return stamp & PASS_MASK
 
 
 class Envelope:
@@ -34,9 +63,12 @@ class Envelope:
         self.row_len = self.n_policy + len(FIELDS)
         self.f_error = self.n_policy
         self.f_fingerprint = self.n_policy + 1
+        self.f_stamp = self.n_policy + 2
         self.world_size = config.world_size
         self.flat_len = self.world_size * self.row_len
         self.fingerprint = config.fingerprint()
+        self.tag = row_tag(self.policy)
+        self.tag_bits = self.tag << TAG_SHIFT
         self.checks = checks_of(self.policy)
         self.error_head = [0] * self.n_policy
 
@@ -47,19 +79,28 @@ class Envelope:
 
     @property
     def tail(self) -> tuple[int, int]:
-        """The envelope of a valid row (what the compiled row ends with)."""
+        """The constant part of a valid row's envelope (what the compiled row ends with; the stamp follows per pass)."""
         return (0, self.fingerprint)
 
-    def error_row(self, problems: list[tuple[str, str]]) -> list[int]:
-        """The row a rank with a bad input sends: zero policy fields, the error mask, the fingerprint."""
-        return self.error_head + [self.checks.mask(problems), self.fingerprint]
+    def stamp(self, pass_number: int, skip: bool = False) -> int:
+        """The ``pass_stamp`` of this rank's row on ``pass_number``."""
+        return self.tag_bits | (SKIP_FLAG if skip else 0) | (pass_number & PASS_MASK)
 
-    def clean(self, flat: Sequence[int]) -> bool:
-        """Every row carries this configuration's fingerprint and no error: the pass may be decided."""
+    def error_row(self, problems: list[tuple[str, str]], stamp: int) -> list[int]:
+        """The row a rank with a bad input sends: zero policy fields, the error mask, the fingerprint, the stamp."""
+        return self.error_head + [self.checks.mask(problems), self.fingerprint, stamp]
+
+    def skip_row(self, stamp: int) -> list[int]:
+        """The row of a rank that skips this pass's negotiation: zero policy fields, no error, the skip-flagged stamp."""
+        return self.error_head + [0, self.fingerprint, stamp | SKIP_FLAG]
+
+    def clean(self, flat: Sequence[int], stamp: int) -> bool:
+        """Every row carries this configuration's fingerprint, this pass's ``stamp`` and no error: the pass may be decided."""
         n = self.row_len
         return (
             len(flat) == self.flat_len
             and flat[self.f_fingerprint::n].count(self.fingerprint) == self.world_size
+            and flat[self.f_stamp::n].count(stamp) == self.world_size
             and not any(flat[self.f_error::n])
         )
 
@@ -72,13 +113,25 @@ class Envelope:
         n, k = self.row_len, self.n_policy
         return [flat[i : i + k] for i in range(0, len(flat), n)]
 
+    def all_skipped(self, flat: Sequence[int], stamp: int) -> bool:
+        """Every rank skipped this same pass, with this configuration: nothing to decide, nothing wrong."""
+        n = self.row_len
+        return (
+            len(flat) == self.flat_len
+            and flat[self.f_stamp::n].count(stamp | SKIP_FLAG) == self.world_size
+            and flat[self.f_fingerprint::n].count(self.fingerprint) == self.world_size
+        )
+
     def reject(
         self, flat: Sequence[int], pass_number: int, group: str, problems: list[tuple[str, str]],
         clock_error: Optional[BaseException] = None, exchange: Optional[Exchange] = None,
     ) -> NoReturn:
         """Raise the error the gathered rows call for; every rank reaches the same verdict.
 
-        A mismatch or a peer's bad input is spelled out by one more row through ``exchange``
+        In this order: rows that are not ours (another delayer or collective),
+        another configuration, rows of different passes (a skip, a repeat, a
+        restarted rank), bad inputs. Each is read from the rows alone. A mismatch or a peer's bad input
+        is then spelled out by one more row through ``exchange``
         (``runtime.failure_detail``), which every rank sends alike, since the rows that call for it are the same.
         """
         if len(flat) != self.flat_len:
@@ -89,12 +142,25 @@ class Envelope:
                 group=group,
             )
         rows = self.rows(flat)
+        stamps = [r[self.f_stamp] for r in rows]
+        foreign = [rank for rank, s in enumerate(stamps) if s >> TAG_SHIFT != self.tag or s < 0]
+        if foreign:
+            raise DesyncError(
+                pass_number=pass_number, passes={r: pass_of(s) for r, s in enumerate(stamps) if r not in foreign},
+                skipped=(), foreign=foreign, row_len=self.row_len, policy=self.policy.name, group=group,
+            )
         fingerprints = {rank: r[self.f_fingerprint] for rank, r in enumerate(rows)}
         if len(set(fingerprints.values())) > 1:
             hashes, detail = exchanged(exchange, config_row(self.config, self.row_len), self.world_size, self.row_len)
             differing = differing_fields(self.config, hashes, self.row_len) if hashes is not None else []
             raise ConfigMismatchError(pass_number=pass_number, fingerprints=fingerprints, local_config=self.config.as_dict(),
                                       differing=differing, detail=detail)
+        if len(set(stamps)) > 1:
+            raise DesyncError(
+                pass_number=pass_number, passes={r: pass_of(s) for r, s in enumerate(stamps)},
+                skipped=[r for r, s in enumerate(stamps) if s & SKIP_FLAG], foreign=(), row_len=self.row_len,
+                policy=self.policy.name, group=group,
+            )
         bad = {
             rank: self.checks.mask_fields(r[self.f_error]) or [f"error mask {r[self.f_error]}"]
             for rank, r in enumerate(rows)
@@ -113,10 +179,11 @@ class Envelope:
             raise PeerInputError(pass_number=pass_number, bad_fields=bad, bad_values=values, detail=detail) from local
         if local is not None:  # the gather dropped our error mask: still refuse the pass
             raise local
-        # One fingerprint on every row, but not this rank's: the gather lost this rank's own row.
+        # One fingerprint and one stamp on every row, but not this rank's: the gather lost this rank's own row.
         raise CollectiveError(
             f"pass {pass_number}: all-gather over {group} returned rows that all carry fingerprint "
-            f"{rows[0][self.f_fingerprint]:#018x}, none this rank's {self.fingerprint:#018x}: its own row is missing",
+            f"{rows[0][self.f_fingerprint]:#018x} and pass {pass_of(stamps[0])}, not this rank's "
+            f"({self.fingerprint:#018x}, pass {pass_number}): its own row is missing",
             pass_number=pass_number,
             group=group,
         )

@@ -97,3 +97,55 @@ class PeerInputError(_Picklable, PassInputError):
         self.pass_number = pass_number
         self.bad_fields = {rank: tuple(fields) for rank, fields in bad_fields.items()}
         self.bad_values = values
+
+
+class DesyncError(CollectiveError):
+    """The all-gather paired this rank's row with rows of other passes, or with rows that are not this delayer's.
+
+    Read from the ``pass_stamp`` every row carries (``runtime.envelope``), so
+    every rank that runs this delayer raises it on the same collective, with
+    the same message, and takes no decision: the state is as before the pass.
+    Causes: a rank that skipped a pass's negotiation or negotiated twice in
+    one, a rank restarted with a fresh delayer (its pass 1), a rank whose host
+    announced a skip (``PolicyCore.skip``) while its peers negotiated, or a
+    rank that runs another delayer (SGLang's own class, where the plugin is
+    not active) or another collective on the group.
+
+    ``passes`` maps each rank whose row is ours to the pass it sent;
+    ``skipped`` lists the ranks that skipped it, ``foreign`` the ranks whose
+    rows are not this delayer's; ``pass_number`` is this rank's own pass.
+    """
+
+    def __init__(self, *, pass_number: int, passes: Mapping[int, int], skipped: Sequence[int], foreign: Sequence[int],
+                 row_len: int, policy: str, group: Optional[str] = None) -> None:
+        parts = []
+        by_pass: dict[tuple[int, bool], list[int]] = {}
+        for rank, number in sorted(passes.items()):
+            by_pass.setdefault((number, rank in skipped), []).append(rank)
+        for (number, skip), ranks in by_pass.items():
+            parts.append(f"{_ranks(ranks)}: {'skipping' if skip else 'at'} pass {number}")
+        sent = "; ".join(parts)
+        if foreign:
+            message = (
+                f"desync: {_ranks(list(foreign))} sent rows that are not {policy} rows (no pass stamp of this delayer, "
+                f"{row_len} values a row): {'that rank runs' if len(foreign) == 1 else 'those ranks run'} another delayer "
+                "(SGLang's own PrefillDelayer, where PREFILL_DELAYER_PROFILE is not set; every rank with the plugin logs "
+                "'prefill-delayer active'), another build of this package, or another collective on the same group"
+                + (f" ({sent})" if sent else "")
+            )
+        elif skipped and len({number for number, _ in by_pass}) == 1:
+            message = (
+                f"desync: {_ranks(list(skipped))} skipped the pass's negotiation that the other ranks ran ({sent}): "
+                "ranks must negotiate the same passes (in SGLang 0.5.23, --prefill-decode-interval with "
+                "--prefill-decode-interval-min-bs > 0 defers prefill on each rank by its own running batch)"
+            )
+        else:
+            message = (
+                f"desync: the all-gather paired rows of different passes ({sent}): a rank skipped a pass's negotiation "
+                "or negotiated twice in one pass, or was restarted with a fresh delayer (its pass 1)"
+            )
+        super().__init__(message + "; no decision was taken on them", pass_number=pass_number,
+                         group=group if group is not None else "")
+        self.passes = dict(passes)
+        self.skipped = tuple(skipped)
+        self.foreign = tuple(foreign)

@@ -16,7 +16,8 @@ version is refused with a message that says which versions this build reads.
 * Format 2 (the default): a pass line is a JSON array of numbers in the order the
   header's ``columns`` name (``pass_columns``): the pass, the wall time (seconds
   since the header's ``started``, to the millisecond), the clock, the readings,
-  this rank's own row, the view it decided on, the state before, the decision,
+  this rank's own row, ``pass_stamp`` (the pass number its row's stamp carried,
+  which check-log compares across ranks), the view it decided on, the state before, the decision,
   the state after and ``digest``, a 48-bit hash of the gathered rows
   (``rows_digest``); booleans are 0/1, control states, reasons and texts with
   declared values their index in the header's ``enums``, and an unset optional
@@ -154,6 +155,7 @@ def pass_columns(policy: Any, readings: bool = True) -> list[tuple[str, str]]:
     cols = [("pass", COUNT), ("wall", SECONDS), ("now", SECONDS)]
     cols += [(key, by_name[name].kind) for name, key in policy.log.readings] if readings else []
     cols += [(f"row.{f.name}", COUNT) for f in policy.row]
+    cols.append(("pass_stamp", COUNT))  # the pass number of the row's stamp (the runtime's envelope): 40 bits, exact in a float
     cols += [(f"view.{a.name}", view_kind(a)) for a in policy.view]
     cols += [(f"before.{n}", k) for n, k in state]
     cols += [(f"decision.{f.name}", f.kind) for f in policy.decision_fields]  # a TEXT with ``values``: its index

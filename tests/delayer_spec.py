@@ -32,7 +32,7 @@ INPUT_FIELDS = variables.INPUT_FIELDS
 View = row.View
 ROW_FIELDS = POLICY.row_names + ENVELOPE_FIELDS
 ROW_LEN = len(ROW_FIELDS)
-F_PREFILLABLE, F_FORCE, F_RB, F_PB, F_WQ, F_TIMEOUT, F_MRR, F_ERROR, F_FINGERPRINT = range(ROW_LEN)
+F_PREFILLABLE, F_FORCE, F_RB, F_PB, F_WQ, F_TIMEOUT, F_MRR, F_ERROR, F_FINGERPRINT, F_STAMP = range(ROW_LEN)
 local_row = row.local_row
 status_name = row.status_name
 # table
@@ -102,7 +102,7 @@ inputs = SimpleNamespace(MAX_COUNT=MAX_COUNT, args_problems=args_problems, input
                          validate_pass_input=validate_pass_input, INPUT_FIELDS=INPUT_FIELDS)
 view = SimpleNamespace(View=View, Local=Local, ROW_FIELDS=ROW_FIELDS, ROW_LEN=ROW_LEN, gathered_view=gathered_view, local_row=local_row,
                        counted_rows=POLICY.counted_rows, F_PREFILLABLE=F_PREFILLABLE, F_FORCE=F_FORCE, F_RB=F_RB, F_PB=F_PB,
-                       F_WQ=F_WQ, F_TIMEOUT=F_TIMEOUT, F_MRR=F_MRR, F_ERROR=F_ERROR, F_FINGERPRINT=F_FINGERPRINT)
+                       F_WQ=F_WQ, F_TIMEOUT=F_TIMEOUT, F_MRR=F_MRR, F_ERROR=F_ERROR, F_FINGERPRINT=F_FINGERPRINT, F_STAMP=F_STAMP)
 config_module = config
 
 

@@ -1,7 +1,7 @@
 """In-process simulation of one pass on every rank of the gather, through the FSM.
 
-Each rank builds its row with ``spec.view.local_row`` (plus the input-error and
-fingerprint fields the runtime appends), every rank sees the same gathered
+Each rank builds its row with ``spec.view.local_row`` (plus the envelope the
+runtime appends: input error, fingerprint, pass stamp), every rank sees the same gathered
 rows, and each rank's delayer negotiates on the view and its own local
 reading. Used by the conformance, stateful and edge-case tests; no torch involved.
 """
@@ -14,6 +14,7 @@ from typing import Sequence
 from prefill_delayer.fsm import DelayerMachine
 from delayer_spec import Decision, State, finalize, local_for, step
 from prefill_delayer.fsm.compiled import CompiledStep
+from prefill_delayer.runtime.envelope import Envelope
 from delayer_spec import ROW_FIELDS, PassInput, View, gathered_view, local_row
 from prefill_delayer.spec.config import Config
 from delayer_spec import validate_pass_input
@@ -26,16 +27,18 @@ from reference import RankInput, RefState, reference_pass
 
 
 @lru_cache(maxsize=None)
-def _fingerprint(config: Config) -> int:
-    return config.fingerprint()
+def _tail(config: Config) -> tuple[int, ...]:
+    """The runtime's envelope of a valid row of ``config`` on pass 1: no error, the fingerprint, the pass stamp."""
+    env = Envelope(config)
+    return (*env.tail, env.stamp(1))
 
 
 def build_rows(config: Config, inputs: Sequence[PassInput], locals_: Sequence[Local]) -> list[list]:
-    fingerprint = _fingerprint(config)
+    tail = list(_tail(config))
     rows = []
     for inp, loc in zip(inputs, locals_):
         validate_pass_input(inp)
-        row = local_row(PY, config, inp, loc) + [0, fingerprint]
+        row = local_row(PY, config, inp, loc) + tail
         assert len(row) == len(ROW_FIELDS)
         rows.append(row)
     return rows
@@ -64,7 +67,7 @@ def states_pass(
 @lru_cache(maxsize=None)
 def compiled_for(config: Config) -> CompiledStep:
     """The runtime's compiled step for ``config``, its rows ending as the runtime's do."""
-    return CompiledStep(config, row_tail=(0, _fingerprint(config)))
+    return CompiledStep(config, row_tail=_tail(config))
 
 
 def compiled_pass(

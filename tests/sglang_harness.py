@@ -47,7 +47,9 @@ def run_python(script: str, env: dict[str, str], timeout_s: float = 120.0) -> su
     The plugin's variables come only from ``env``: the caller's own settings never leak in.
     """
     full_env = {k: v for k, v in os.environ.items() if k not in ("PREFILL_DELAYER_PROFILE", "SGLANG_PLUGINS")}
-    full_env.update(env, PYTHONWARNINGS="ignore", PYTHONPATH=str(Path(__file__).parent))
+    # The tests' own helpers first, then the caller's path (which may put a checkout's package before the install).
+    path = os.pathsep.join(p for p in (str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")) if p)
+    full_env.update(env, PYTHONWARNINGS="ignore", PYTHONPATH=path)
     return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True,
                           timeout=timeout_s, env=full_env)
 

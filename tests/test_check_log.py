@@ -210,7 +210,7 @@ def test_a_corrupt_line_stops_with_file_and_line(clean_logs: Path, tmp_path: Pat
     lines[5] = json.dumps({**json.loads(lines[6]), "rows": [1, 2, 3]}) + "\n"
     path.write_text("".join(lines))
     rc, _, err = check_log(str(logs))
-    assert rc == 2 and f"{path}:6: field 'rows' expected 36 integers (4 ranks of 9), got 3 entries" in err
+    assert rc == 2 and f"{path}:6: field 'rows' expected 40 integers (4 ranks of 10), got 3 entries" in err
     lines[5] = json.dumps({**json.loads(lines[6]), "decision": {"output_allow": "yes"}}) + "\n"
     path.write_text("".join(lines))
     rc, _, err = check_log(str(logs))

@@ -120,9 +120,9 @@ def _single_setup(case: dict):
         profile="seed",
     )
     mrr = case.get("max_running_requests", 0)
-    # Pad [prefillable, force, RB, PB, WQ] to the 9-field layout.
-    padded = [list(r) + [0, mrr, 0, 0] for r in rows]
-    assert all(len(r) == len(ROW_FIELDS) for r in padded)
+    # Pad [prefillable, force, RB, PB, WQ] with timeout_expired, max_running_requests and a zero envelope.
+    padded = [list(r) + [0, mrr] + [0] * (len(ROW_FIELDS) - len(r) - 2) for r in rows]
+    assert all(len(r) == len(ROW_FIELDS) and r[ROW_FIELDS.index("max_running_requests")] == mrr for r in padded)
     now = 5000.0
     armed = case.get("skip_first_armed", False)
     k = case.get("prev_delayed_count", 0)

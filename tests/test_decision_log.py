@@ -74,7 +74,9 @@ def test_environment_variable_writes_one_file_per_rank(tmp_path: Path, monkeypat
         assert [p["pass"] for p in passes] == [1, 2, 3, 4] and all(p["kind"] == "pass" for p in passes)
         assert header["format"] == 2 and header["mode"] == "compact" and header["columns"][:3] == ["pass", "wall", "now"]
         for p, d in zip(passes, decisions[rank]):
-            assert p["mrr"] == 64 and p["token_usage"] == 0.9 and p["row"][6] == 64 and len(p["row"]) == len(ROW_FIELDS) - 2
+            assert p["mrr"] == 64 and p["token_usage"] == 0.9
+            # the own row holds the policy's fields; the envelope's pass stamp has a column of its own (its pass number)
+            assert p["row"][6] == 64 and len(p["row"]) == len(ROW_FIELDS) - 3 and p["pass_stamp"] == 1
             assert p["view"]["mrr_max"] == 64 and p["view"]["n"] == 2
             dec = p["decision"]
             assert (dec["output_allow"], dec["output_reason"], dec["wait_forward_passes"], dec["wait_seconds"]) == (
@@ -141,7 +143,7 @@ def test_failed_passes_are_logged_as_such(tmp_path: Path) -> None:
         fail = a[2]
         assert fail["error"] == "PeerInputError" and fail["pass"] == 2 and "rank 1: waiting_queue_len" in fail["message"]
         assert fail["before"] == a[1]["after"] and fail["inputs"]["waiting_queue_len"] == (-1 if rank == 1 else 0)
-        assert len(fail["rows"]) == 18
+        assert len(fail["rows"]) == 2 * len(ROW_FIELDS)
         b = read_lines(tmp_path / "b" / f"rank{rank}.jsonl")
         assert [x["kind"] for x in b] == ["header", "fail"] and b[1]["error"] == "ConfigMismatchError"
 

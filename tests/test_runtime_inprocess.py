@@ -25,7 +25,7 @@ from prefill_delayer.runtime import (
     run_ranks,
 )
 from prefill_delayer.spec import PY, Config, ConfigError, PassInputError, PrefillDelayerError
-from delayer_spec import PassInput, gathered_view, local_row
+from delayer_spec import F_FINGERPRINT, ROW_LEN, PassInput, gathered_view, local_row
 from delayer_spec import build_table
 
 from runtime_harness import Clock, Recorder, cases_path, decision_tuple, require_release, seed_delayer
@@ -141,6 +141,9 @@ def _random_setup(rng: random.Random) -> dict[str, Any]:
 
 def _random_pass(rng: random.Random, world: int) -> list[dict[str, Any]]:
     kind = rng.random()
+    # Every rank's host ends the pass the same way (the executor's finalize, or none: the next negotiate
+    # finalizes implicitly). A rank that ends a pass its peers do not end is a desync (tests/test_desync.py).
+    use_executor = rng.random() < 0.5
     out = []
     for _ in range(world):
         out.append(dict(
@@ -150,7 +153,7 @@ def _random_pass(rng: random.Random, world: int) -> list[dict[str, Any]]:
             max_prefill_bs=rng.choice([0, 8, 80]),
             max_running_requests=rng.choice([0, 16, 128, 1024]),
             waiting_queue_len=rng.choice([0, 1, 10, 64]),
-            use_executor=rng.random() < 0.5,
+            use_executor=use_executor,
             actual_prefill=rng.random() < 0.8,
         ))
     return out
@@ -219,8 +222,8 @@ def test_runtime_equals_the_pure_step(profile: str, trace_seed: int) -> None:
             dec = step(config, table, finalize(states[r]), view, locals_[r])
             assert got[r][0][k] == decision_tuple(dec), f"pass {k} rank {r}"
             states[r] = dec.next_state
-    for r in range(world):  # the executor finalizes its pass; a bare negotiate leaves it released
-        assert got[r][1] == (finalize(states[r]) if passes[-1][r]["use_executor"] else states[r])
+    for r in range(world):  # the executor finalizes its pass, and so does a bare negotiate (a whole pass)
+        assert got[r][1] == finalize(states[r])
 
 
 # ----- hardened agreement vs seed divergence under clock skew ----------------------
@@ -389,7 +392,7 @@ def test_collective_failure_from_released_rolls_back_the_implicit_finalize() -> 
 
 def test_malformed_gather_result_is_a_collective_error() -> None:
     d = delayer(2, lambda row: [row])  # one row for a world of two
-    with pytest.raises(CollectiveError, match="expected 2 rows of 9"):
+    with pytest.raises(CollectiveError, match=f"expected 2 rows of {ROW_LEN}"):
         d.negotiate(True, 0.9)
     d = delayer(2, lambda row: [row, row[:5]])
     with pytest.raises(CollectiveError, match="lengths"):
@@ -411,8 +414,8 @@ class _FlatGather:
 
 
 def test_malformed_flat_gather_result_is_a_collective_error() -> None:
-    d = delayer(2, _FlatGather(lambda row: row + row[:8]))  # one value short
-    with pytest.raises(CollectiveError, match="returned 17 values, expected 2 rows of 9"):
+    d = delayer(2, _FlatGather(lambda row: row + row[:-1]))  # one value short
+    with pytest.raises(CollectiveError, match=f"returned {2 * ROW_LEN - 1} values, expected 2 rows of {ROW_LEN}"):
         d.negotiate(True, 0.9)
     assert d.state == INITIAL_STATE and d.passes == 0
     ok = delayer(2, _FlatGather(lambda row: row + row))
@@ -421,7 +424,7 @@ def test_malformed_flat_gather_result_is_a_collective_error() -> None:
 
 def test_a_gather_that_loses_this_ranks_row_is_a_collective_error() -> None:
     foreign = delayer(1, lambda row: [list(row)], max_delay_passes=7)._fingerprint
-    d = delayer(1, lambda row: [row[:-1] + [foreign]])  # one row, but not this rank's
+    d = delayer(1, lambda row: [row[:F_FINGERPRINT] + [foreign] + row[F_FINGERPRINT + 1:]])  # one row, not this rank's
     with pytest.raises(CollectiveError, match="its own row is missing"):
         d.negotiate(True, 0.9)
     assert d.state == INITIAL_STATE

@@ -25,7 +25,7 @@ _announced = False
 _pending: Optional[str] = None
 
 
-def announce(release: str, profile: str, setting: str, how: str) -> None:
+def announce(release: str, profile: str, setting: str, how: str, guarded: bool = False) -> None:
     """Log the line now if logging would show it; else when the first delayer is built.
 
     A scheduler process loads plugins before it sets up logging, so a line
@@ -40,6 +40,8 @@ def announce(release: str, profile: str, setting: str, how: str) -> None:
         f"prefill-delayer active ({how}): SGLang {release}'s PrefillDelayer and "
         f"PrefillDelayerSinglePassExecutor replaced; profile {profile} "
         f"({PROFILE_ENV if how == 'plugin' else 'install'}={setting}), spec {spec_hash()}"
+        + ("; Scheduler._should_defer_prefill hooked: a deferred pass takes part in the delayer's all-gather"
+           if guarded else "")
     )
     flush_announcement(final=False)
 

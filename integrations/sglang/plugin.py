@@ -6,7 +6,10 @@ nothing unless ``PREFILL_DELAYER_PROFILE`` is set (to a profile, a release
 ``sglang-X``, or ``sglang`` for the installed release's own profile); then it
 REPLACEs SGLang's ``PrefillDelayer`` and ``PrefillDelayerSinglePassExecutor``
 with classes that have the installed release's constructor and decide as that
-profile, and logs one line naming the profile and the spec hash.
+profile, and logs one line naming the profile and the spec hash. In a
+scheduler process of a release that defers prefill per rank (0.5.23), it also
+hooks ``Scheduler._should_defer_prefill`` (AFTER): a deferred pass takes part in
+the delayer's all-gather (``deferral``), and the line says so.
 
 A bad value must stop the server, never leave SGLang's own delayer running:
 ``load_plugins`` logs and swallows any ``Exception`` a plugin raises, so
@@ -22,6 +25,7 @@ import os
 import sys
 from dataclasses import dataclass
 
+from . import deferral
 from .announce import PROFILE_ENV, announce
 
 INSTALLED = "sglang"  # the value that means: the installed release's own profile
@@ -96,9 +100,12 @@ def register() -> None:
 
         for name, cls in zip(TARGETS, choice.classes()):
             HookRegistry.register(f"{TARGET_MODULE}.{name}", cls, HookType.REPLACE)
+        guarded = deferral.needs_guard(choice.release) and deferral.scheduler_loaded()
+        if guarded:
+            HookRegistry.register(deferral.TARGET, deferral.skip_deferred_pass, HookType.AFTER)
     except Exception as err:  # noqa: BLE001 - any failure stops the process: never SGLang's delayer instead
         raise SystemExit(f"prefill-delayer: {PROFILE_ENV}={setting!r}: {err}") from err
-    announce(choice.release, choice.profile, choice.setting, "plugin")
+    announce(choice.release, choice.profile, choice.setting, "plugin", guarded)
 
 
 def install(profile: str = INSTALLED) -> tuple[type, type]:
@@ -126,5 +133,9 @@ def install(profile: str = INSTALLED) -> tuple[type, type]:
                 continue
             for k in names:
                 setattr(other, k, cls)
-    announce(choice.release, choice.profile, choice.setting, "install")
+    guarded = deferral.needs_guard(choice.release) and deferral.scheduler_loaded()
+    if guarded:
+        scheduler = sys.modules[deferral.SCHEDULER_MODULE].Scheduler
+        scheduler._should_defer_prefill = deferral.guard(scheduler._should_defer_prefill)
+    announce(choice.release, choice.profile, choice.setting, "install", guarded)
     return new

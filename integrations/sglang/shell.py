@@ -134,6 +134,11 @@ class ShellDelayer:
     def _debug_log_enabled(self) -> bool:
         return self._core._debug_log_enabled
 
+    def skip_pass(self) -> None:
+        """This rank's scheduler skips this pass's negotiation (it deferred prefill): take part in the all-gather as
+        skipping (``PolicyCore.skip``; ``deferral`` hooks it after ``Scheduler._should_defer_prefill``)."""
+        self._core.skip()
+
     def _negotiate_should_allow_prefill(
         self,
         local_prefillable: bool,
@@ -143,8 +148,9 @@ class ShellDelayer:
         max_running_requests: int = 0,
         waiting_queue_len: int = 0,
     ) -> Any:
-        """SGLang's private entry point, as its tests call it: one negotiated pass."""
-        return self._core.negotiate(
+        """SGLang's private entry point, as its tests call it: one whole pass (the core's
+        ``_negotiate_should_allow_prefill``: negotiated, then ended, since no executor ends it)."""
+        return self._core._negotiate_should_allow_prefill(
             local_prefillable, token_usage, running_batch, max_prefill_bs, max_running_requests, waiting_queue_len
         )
 
