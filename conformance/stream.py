@@ -26,6 +26,7 @@ seconds of releases (one float each) and, for ``--plot``, one byte per record.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -968,6 +969,12 @@ class Stitcher:
     def _cross(self, co: CrossOut) -> None:
         """The cross-rank facts of a chunk into the report; its findings tagged ``scope = "cross"`` (a node's digest leaves
         them to the merge) and counted in ``report.cross_counts``."""
+        with self._cross_scope():
+            self._cross_facts(co)
+
+    @contextlib.contextmanager
+    def _cross_scope(self) -> Iterator[None]:
+        """Within it, every finding added to the report is tagged ``scope = "cross"`` and counted in ``report.cross_counts``."""
         report = self.report
         add = report.add
 
@@ -978,7 +985,7 @@ class Stitcher:
 
         report.add = tagged  # type: ignore[method-assign]
         try:
-            self._cross_facts(co)
+            yield
         finally:
             del report.add
 
@@ -1051,18 +1058,8 @@ class Stitcher:
         report = self.report
         if not merged:
             desync_errors(report, self.s)
-        add = report.add
-
-        def tagged(f: Finding) -> None:
-            f.scope = "cross"  # type: ignore[attr-defined]
-            report.cross_counts[(f.category, f.property)] += 1
-            add(f)
-
-        report.add = tagged  # type: ignore[method-assign]
-        try:
+        with self._cross_scope():
             every_rank_logged(report, self.s)
-        finally:
-            del report.add
 
     def finish(self) -> None:
         for r, log in enumerate(self.s.logs):
