@@ -171,8 +171,8 @@ POLICY = replace(
     base.POLICY,
     name=NAME,
     title="aligned: the hardened delayer with a must-fire when no decode hides the wait",
-    summary="hardened's delayer, whose mixed pass delays only while some rank runs a decode batch; with none it "
-    "allows at once (ours, from SGLang #35241's persistent mixed loop)",
+    summary="hardened's delayer, whose mixed pass with no running decode batch on any rank is held at most "
+    f"{guards.NO_DECODE_HOLD} passes, then allowed (ours, from SGLang #35241's persistent mixed loop)",
     source="ours: spec/policies/sglang_delayer's hardened profile and the feature no-decode-fire",
     config_cls=AlignedConfig,
     params=PARAMETERS,
