@@ -15,13 +15,9 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable
 
-from decision_log_harness import check_log, edit_line, write_inprocess_logs
+from decision_log_harness import check_log, edit_line, slot_full_inputs, write_inprocess_logs
 
 PINNED = Path(__file__).parent / "data" / "check_log_pinned.json"
-
-
-def _slot_full(rank: int, k: int) -> tuple:
-    return True, 0.9, 100, 80, 150, 10 + k
 
 
 def _queue(rank: int, k: int) -> tuple:
@@ -131,7 +127,7 @@ def scenarios() -> dict[str, Scenario]:
         out[f"every-profile-{profile}"] = (lambda f, fmt, p=profile: _logs(f, fmt, world=2, passes=70, profile=p), None, ())
     out["clean-4"] = (clean4, None, ())
     out["seed-unbounded"] = (lambda f, fmt: _logs(f, fmt, world=2, passes=12, profile="seed", max_delay_passes=4,
-                                                  inputs=_slot_full, server_args={"enable_dp_attention": True}),
+                                                  inputs=slot_full_inputs, server_args={"enable_dp_attention": True}),
                              None, ("--traces", "{out}/traces"))
     out["seed-skew"] = (lambda f, fmt: _logs(f, fmt, world=4, passes=8, profile="seed", max_delay_passes=100, inputs=_queue,
                                              rates=[1.0, 1.0, 1.3, 1.3], skip=False,

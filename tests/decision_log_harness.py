@@ -43,6 +43,17 @@ def drive(delayer: PrefillDelayer, clock: Clock, rank: int, passes: int,
     return out
 
 
+def slot_full_inputs(rank: int, k: int) -> tuple:
+    """Executor inputs whose slot trigger holds on every pass (150 - 100 < 80): the seed delays without a cap."""
+    return True, 0.9, 100, 80, 150, 10 + k
+
+
+def write_seed_unbounded_logs(folder: Path, log_options: Optional[dict[str, Any]] = None) -> list[list[tuple]]:
+    """Two seed ranks on the slot trigger: the seed's unbounded delay, so check-log finds violations and writes traces."""
+    return write_inprocess_logs(folder, world=2, passes=12, profile="seed", max_delay_passes=4, inputs=slot_full_inputs,
+                                server_args={"enable_dp_attention": True}, log_options=log_options)
+
+
 def write_inprocess_logs(folder: Path, world: int = 4, passes: int = 60, profile: str = "hardened",
                          max_delay_passes: int = MAX_DELAY_PASSES, rates: Optional[list[float]] = None,
                          inputs: Callable[[int, int], tuple] = mixed_inputs, skip: Optional[bool] = None,

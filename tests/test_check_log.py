@@ -15,7 +15,7 @@ import pytest
 
 from delayer_spec import PROFILES
 
-from decision_log_harness import check_log, edit_line, read_lines, write_inprocess_logs
+from decision_log_harness import check_log, edit_line, read_lines, write_inprocess_logs, write_seed_unbounded_logs
 
 V1 = {"format": 1}
 
@@ -119,12 +119,8 @@ def test_each_invariant_can_fail(clean_logs: Path, tmp_path: Path) -> None:
 
 def test_seed_unbounded_delay_is_flagged_and_its_trace_replays(tmp_path: Path) -> None:
     """The seed's all branch has no cap: the slot trigger delays for as long as it holds (a known defect)."""
-    def slot_full(rank: int, k: int) -> tuple:
-        return True, 0.9, 100, 80, 150, 10 + k  # 150 - 100 < 80: the slot trigger holds on every pass
-
     logs = tmp_path / "logs"
-    write_inprocess_logs(logs, world=2, passes=12, profile="seed", max_delay_passes=4, inputs=slot_full,
-                         server_args={"enable_dp_attention": True}, log_options=V1)
+    write_seed_unbounded_logs(logs, log_options=V1)
     rc, out, err = check_log(str(logs), "--traces", str(tmp_path / "traces"), "--json", str(tmp_path / "r.json"))
     assert rc == 1, out + err
     assert "bounded-delay" in out and "a known defect of profile seed" in out

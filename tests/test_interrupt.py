@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 import pytest
 
-from decision_log_harness import write_inprocess_logs
+from decision_log_harness import write_seed_unbounded_logs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -125,12 +125,8 @@ def _one_line(err: str, command: str) -> None:
 
 @pytest.fixture(scope="module")
 def seed_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    def slot_full(rank: int, k: int) -> tuple:
-        return True, 0.9, 100, 80, 150, 10 + k
-
     logs = tmp_path_factory.mktemp("seed-logs")
-    write_inprocess_logs(logs, world=2, passes=12, profile="seed", max_delay_passes=4, inputs=slot_full,
-                         server_args={"enable_dp_attention": True})
+    write_seed_unbounded_logs(logs)
     return logs
 
 

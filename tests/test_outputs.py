@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from decision_log_harness import write_inprocess_logs
+from decision_log_harness import write_seed_unbounded_logs
 
 from prefill_delayer import files
 from prefill_delayer.cli import main as cli
@@ -90,12 +90,8 @@ def _folder_cases() -> list[Any]:
 @pytest.fixture(scope="module")
 def seed_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two seed ranks whose slot trigger holds on every pass: violations, so check-log writes traces."""
-    def slot_full(rank: int, k: int) -> tuple:
-        return True, 0.9, 100, 80, 150, 10 + k
-
     logs = tmp_path_factory.mktemp("seed-logs")
-    write_inprocess_logs(logs, world=2, passes=12, profile="seed", max_delay_passes=4, inputs=slot_full,
-                         server_args={"enable_dp_attention": True})
+    write_seed_unbounded_logs(logs)
     return logs
 
 
