@@ -1,7 +1,9 @@
-"""Shared test settings: hypothesis profiles sized for CI's two cores."""
+"""Shared test settings (hypothesis profiles sized for CI's two cores) and the fixtures several test files use."""
 
 import os
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile("ci", max_examples=60, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -12,3 +14,13 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # spawns, which inherit the environment) also fires each pass through the
 # ``transitions`` machine and fails on any difference from the compiled step.
 os.environ.setdefault("PREFILL_DELAYER_CROSSCHECK", "1")
+
+
+@pytest.fixture(scope="module")
+def seed_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two seed ranks whose slot trigger holds on every pass: violations, so check-log writes traces."""
+    from decision_log_harness import write_seed_unbounded_logs
+
+    logs = tmp_path_factory.mktemp("seed-logs")
+    write_seed_unbounded_logs(logs)
+    return logs

@@ -21,7 +21,6 @@ from typing import Any, Optional
 
 import pytest
 
-from decision_log_harness import write_seed_unbounded_logs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -121,13 +120,6 @@ def _one_line(err: str, command: str) -> None:
     # Graphviz (under docs) may print a Fontconfig warning of the system's own before; it is not ours.
     ours = [line for line in err.splitlines() if not line.startswith("Fontconfig ")]
     assert ours == [f"prefill-delayer {command}: interrupted"], err
-
-
-@pytest.fixture(scope="module")
-def seed_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    logs = tmp_path_factory.mktemp("seed-logs")
-    write_seed_unbounded_logs(logs)
-    return logs
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,6 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from decision_log_harness import write_seed_unbounded_logs
 
 from prefill_delayer import files
 from prefill_delayer.cli import main as cli
@@ -85,14 +84,6 @@ def _file_cases() -> list[Any]:
 
 def _folder_cases() -> list[Any]:
     return [pytest.param(c, o, marks=_needs(c, o), id=f"{c}{o}") for c, o in FOLDER_OPTIONS]
-
-
-@pytest.fixture(scope="module")
-def seed_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Two seed ranks whose slot trigger holds on every pass: violations, so check-log writes traces."""
-    logs = tmp_path_factory.mktemp("seed-logs")
-    write_seed_unbounded_logs(logs)
-    return logs
 
 
 @pytest.fixture(scope="module")
