@@ -11,7 +11,11 @@ runtime context, then SGLang's own ``Scheduler.init_schedule_policy`` builds
 the delayer (with the scheduler's keywords) and the scheduler module's
 ``PrefillDelayerSinglePassExecutor`` runs passes over it. Nothing of SGLang is
 stubbed: the ``Scheduler`` is bare (``__new__``) with the attributes its
-``__init__`` sets before that call, read off the same context.
+``__init__`` sets before that call, read off the same context. The ``aligned``
+cases go further: each rank is the whole ``Scheduler`` for one DP rank on CPU
+(``integrations.sglang.cpu_scheduler.build_scheduler``), and real requests pass
+through its own ``get_next_batch_to_run``, whose call sites read the delayer's
+inputs off the scheduler object.
 """
 
 from __future__ import annotations
