@@ -115,6 +115,20 @@ def edit_line(path: Path, pred: Callable[[dict[str, Any]], bool], change: Callab
     raise AssertionError(f"no line of {path} matches")
 
 
+def edit_pass(path: Path, number: int, change: Callable[[list, list], None]) -> None:
+    """Rewrite pass ``number``'s format-2 line: ``change(values, columns)`` edits the array in place."""
+    lines = path.read_text().splitlines()
+    columns = json.loads(lines[0])["columns"]
+    for i, line in enumerate(lines[1:], 1):
+        values = json.loads(line)
+        if isinstance(values, list) and values[0] == number:
+            change(values, columns)
+            lines[i] = json.dumps(values, separators=(",", ":"))
+            path.write_text("\n".join(lines) + "\n")
+            return
+    raise AssertionError(f"no pass {number} in {path}")
+
+
 def pass_dicts(path: Path) -> list[dict[str, Any]]:
     """A log's pass lines as objects by name, whatever the format: format 1's as written; format 2's arrays named by the
     header's columns, grouped (``row``, ``view``, ``before``, ``decision``, ``after``), indices and 0/1 decoded."""

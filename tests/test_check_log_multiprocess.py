@@ -98,3 +98,68 @@ def test_gloo_seed_under_clock_skew_breaks_agreement_and_the_trace_replays(tmp_p
     from prefill_delayer.cli import main
 
     assert main(["replay", traces[0]["path"]]) == 0
+
+
+# aligned: a mixed wait with no running batch in any row (the hold cut at NO_DECODE_HOLD), then one with rank 0's
+# running batch in its row (hardened's wait, to the cap). No clock trigger and no watermark: the passes decide.
+ALIGNED_CAP = 12
+
+
+def _aligned_inputs(rank: int, k: int) -> tuple:
+    from prefill_delayer.spec.policies.aligned.guards import NO_DECODE_HOLD
+
+    decoding = k > NO_DECODE_HOLD  # after the first wait's give-up, rank 0's admitted request decodes
+    return rank == 0, 0.5, 1 if decoding else 0, 1, 64, 1 if rank == 0 else 0
+
+
+def _aligned_scenario(rank: int, world: int, folder: str) -> list[tuple]:
+    from prefill_delayer.spec.policies.aligned.guards import NO_DECODE_HOLD
+
+    clock = Clock(offset=1000.0 + 3.0 * rank)
+    d = PrefillDelayer(world, 1, _world_group(), ServerArgs(enable_dp_attention=True), ALIGNED_CAP, None,
+                       profile="aligned", clock=clock, decision_log=folder)
+    try:
+        return drive(d, clock, rank, NO_DECODE_HOLD + 1 + ALIGNED_CAP, _aligned_inputs)
+    finally:
+        d.close()
+
+
+def test_gloo_logs_of_aligned_check_clean_and_a_flipped_give_up_is_found(tmp_path: Path) -> None:
+    """aligned's decision logs from 2 gloo ranks name the policy and check clean (its no-decode hold included); the
+    same logs with the give-up pass flipped to one more delay are a conformance finding at that pass, on that rank."""
+    import shutil
+
+    from prefill_delayer.spec.policies.aligned.guards import NO_DECODE_HOLD
+
+    from decision_log_harness import edit_pass
+
+    logs = tmp_path / "logs"
+    outs = results(spawn_gloo(2, _aligned_scenario, str(logs)))
+    hold = [(False, "delay", 0)] * NO_DECODE_HOLD + [(True, "no_decode", NO_DECODE_HOLD)]
+    cap = [(False, "delay", 0)] * (ALIGNED_CAP - 1) + [(True, "wait_timeout", ALIGNED_CAP - 1)]
+    assert outs[0] == outs[1] == hold + cap
+    for rank in range(2):
+        header = read_lines(logs / f"rank{rank}.jsonl")[0]
+        assert header["profile"] == header["config"]["profile"] == "aligned"
+    rc, out, err = check_log(str(logs), "--json", str(tmp_path / "clean.json"))
+    assert rc == 0, out + err
+    report = json.loads((tmp_path / "clean.json").read_text())
+    checks = {c["property"]: c["status"] for c in report["checks"]}
+    assert checks["no-decode-hold"] == "ok" and set(checks.values()) == {"ok"}, report["checks"]
+    assert report["decisions_by_reason"].keys() == {"delay", "no_decode", "wait_timeout"}
+
+    bad = tmp_path / "flipped"
+    shutil.copytree(logs, bad)
+    reasons = read_lines(bad / "rank1.jsonl")[0]["enums"]["reason"]
+    give_up = NO_DECODE_HOLD + 1
+
+    def to_delay(values: list, columns: list) -> None:
+        assert values[columns.index("decision.output_reason")] == reasons.index("no_decode")
+        values[columns.index("decision.output_allow")] = 0
+        values[columns.index("decision.output_reason")] = reasons.index("delay")
+
+    edit_pass(bad / "rank1.jsonl", give_up, to_delay)
+    rc, out, err = check_log(str(bad), "--json", str(tmp_path / "bad.json"))
+    assert rc == 1, out + err
+    found = [(f["category"], f["property"], f["pass"], f["ranks"]) for f in json.loads((tmp_path / "bad.json").read_text())["findings"]]
+    assert ("conformance", "decision", give_up, [1]) in found, found

@@ -15,25 +15,11 @@ from prefill_delayer.conformance import check_logs
 from prefill_delayer.spec.schema import rows_digest
 
 from check_log_scenarios import _gate
-from decision_log_harness import check_log, write_inprocess_logs
+from decision_log_harness import check_log, edit_pass, write_inprocess_logs
 
 
 def _json(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
-
-
-def _edit_pass(path: Path, number: int, change: Any) -> None:
-    """Rewrite pass ``number``'s format-2 line: ``change(values, columns)`` edits the array in place."""
-    lines = path.read_text().splitlines()
-    columns = json.loads(lines[0])["columns"]
-    for i, line in enumerate(lines[1:], 1):
-        values = json.loads(line)
-        if isinstance(values, list) and values[0] == number:
-            change(values, columns)
-            lines[i] = json.dumps(values, separators=(",", ":"))
-            path.write_text("\n".join(lines) + "\n")
-            return
-    raise AssertionError(f"no pass {number} in {path}")
 
 
 def test_a_line_does_not_grow_with_the_world(tmp_path: Path) -> None:
@@ -63,7 +49,7 @@ def test_an_edited_own_row_breaks_the_digest_and_the_view_of_the_rebuilt_rows(tm
     def change(values: list, columns: list) -> None:
         values[columns.index("row.waiting_queue_len")] += 7
 
-    _edit_pass(tmp_path / "rank2.jsonl", 12, change)
+    edit_pass(tmp_path / "rank2.jsonl", 12, change)
     report, data, _ = check_logs([str(tmp_path)])
     got = {(f.property, f.pass_number) for f in report.findings}
     assert got == {("digest", 12), ("view", 12)}, got  # the rows rebuilt are not the rows the ranks saw, nor their fold
@@ -81,7 +67,7 @@ def test_with_one_rank_missing_the_digests_still_compare_the_rows(tmp_path: Path
     def change(values: list, columns: list) -> None:
         values[columns.index("digest")] ^= 1
 
-    _edit_pass(tmp_path / "rank1.jsonl", 9, change)
+    edit_pass(tmp_path / "rank1.jsonl", 9, change)
     report, _, _ = check_logs([str(tmp_path)])
     assert [(f.property, f.pass_number, f.ranks) for f in report.findings] == [("every-rank-logged", 1, [0, 1, 2]),
                                                                               ("rows-differ", 9, [0, 1])]
@@ -89,7 +75,7 @@ def test_with_one_rank_missing_the_digests_still_compare_the_rows(tmp_path: Path
 
 def test_a_bad_value_is_file_and_line(tmp_path: Path) -> None:
     write_inprocess_logs(tmp_path, world=2, passes=10)
-    _edit_pass(tmp_path / "rank0.jsonl", 4, lambda v, c: v.__setitem__(c.index("before.control"), 9))
+    edit_pass(tmp_path / "rank0.jsonl", 4, lambda v, c: v.__setitem__(c.index("before.control"), 9))
     rc, out, err = check_log(str(tmp_path))
     assert rc == 2 and f"{tmp_path / 'rank0.jsonl'}:5: field 'before.control' expected an index in [0, 3)" in err, err
 

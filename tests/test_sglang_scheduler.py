@@ -11,7 +11,11 @@ runtime context, then SGLang's own ``Scheduler.init_schedule_policy`` builds
 the delayer (with the scheduler's keywords) and the scheduler module's
 ``PrefillDelayerSinglePassExecutor`` runs passes over it. Nothing of SGLang is
 stubbed: the ``Scheduler`` is bare (``__new__``) with the attributes its
-``__init__`` sets before that call, read off the same context.
+``__init__`` sets before that call, read off the same context. The ``aligned``
+cases go further: each rank is the whole ``Scheduler`` for one DP rank on CPU
+(``integrations.sglang.cpu_scheduler.build_scheduler``), and real requests pass
+through its own ``get_next_batch_to_run``, whose call sites read the delayer's
+inputs off the scheduler object.
 """
 
 from __future__ import annotations
@@ -159,7 +163,7 @@ def test_without_the_variable_the_scheduler_keeps_sglangs_own(theirs: list[dict[
     assert allows == {True, False}
 
 
-@pytest.mark.parametrize("setting, profile", [("sglang", "sglang-0.5.22"), ("hardened", "hardened")])
+@pytest.mark.parametrize("setting, profile", [("sglang", "sglang-0.5.22"), ("hardened", "hardened"), ("aligned", "aligned")])
 def test_with_the_variable_the_schedulers_own_code_builds_and_drives_ours(
         theirs: list[dict[str, Any]], tmp_path: Path, setting: str, profile: str) -> None:
     ours, stderrs = _scheduler_processes(setting, tmp_path)
@@ -349,3 +353,225 @@ def test_a_mixed_rollout_of_scheduler_processes_fails_the_rank_of_ours_with_one_
         assert "SGLang's own PrefillDelayer where PREFILL_DELAYER_PROFILE is not set" in last, last
     print(f"mixed rollout, SGLang's own class on rank {foreign}: rank {foreign} rc {theirs.returncode}; "
           f"rank {1 - foreign} (ours) {last.split(':')[0].rsplit('.', 1)[-1]}")
+
+
+# ----- aligned through the scheduler's own get_next_batch_to_run: what it reads of the scheduler ----------------
+#
+# Each rank is SGLang 0.5.23's own Scheduler for one DP rank on CPU (integrations.sglang.cpu_scheduler.build_scheduler:
+# its init_* methods in __init__'s order, real Req objects, SchedulePolicy, PrefillAdder, KV pools, tree cache, a fake
+# forward), its delayer built by its own init_schedule_policy after load_plugins() (ours, PREFILL_DELAYER_PROFILE), on
+# a gloo tp_group. The passes run get_next_batch_to_run and the launch in event_loop_overlap's order, so every input
+# the policy gets is what the scheduler's own call sites read off the scheduler object: add_one_req passes
+# self.running_batch.batch_size() and the waiting queue's length; a rank with nothing to admit returns from
+# _get_new_batch_prefill_raw before any call site, and finalize negotiates with local_prefillable=False and no other
+# argument (as SGLang's own executor does), so its row's running_batch is 0 even while it decodes.
+
+CPU_RANK = {"max_running_requests": 8, "max_total_tokens": 8192, "chunked_prefill_size": 256, "max_prefill_tokens": 1024,
+            "page_size": 1, "enable_mixed_chunk": False, "prefix_cache": False, "context_len": 2048}
+CAP = 12  # max_delay_passes above aligned's NO_DECODE_HOLD, so the hold and the cap end a wait differently
+CPU_SCHEDULE = {"enable_prefill_delayer": True, "prefill_delayer_max_delay_passes": CAP,
+                "prefill_delayer_max_delay_ms": 60000.0}  # no watermark, no queue trigger: a mixed pass delays
+PROMPT, LONG, SHORT = 16, 400, 3  # tokens; LONG outlasts the run, SHORT finishes within a few passes
+# The phases (first pass, what arrives on each rank): a request on rank 0 while no rank decodes; one on each rank
+# (both prefill, rank 0's finishes and rank 1's decodes on); one on rank 0 while only rank 1 decodes; one on rank 0
+# while rank 0 decodes too (its previous request is in its running batch).
+NO_DECODE, BOTH, DECODE_ELSEWHERE, DECODE_HERE = 1, 15, 25, 41
+CPU_PLAN_PASSES = 56
+ARRIVALS = {NO_DECODE: ([SHORT], []), BOTH: ([SHORT], [LONG]), DECODE_ELSEWHERE: ([LONG], []), DECODE_HERE: ([LONG], [])}
+
+_CPU_SCHEDULER_PROCESS = """
+    import faulthandler, json, logging, os, sys
+    from datetime import timedelta
+    faulthandler.enable()
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
+    try:
+        import sglang.srt.managers.scheduler as scheduler
+    except Exception as err:
+        print("{no_scheduler}" + type(err).__name__ + ": " + str(err).splitlines()[0])
+        raise SystemExit(0)
+    import torch.distributed as dist
+    import sglang.srt.runtime_context as rc
+    from sglang.srt.distributed.parallel_state import GroupCoordinator
+    from sglang.srt.plugins import load_plugins
+    from prefill_delayer.integrations.sglang import cpu_scheduler as cs
+
+    load_plugins()  # what run_scheduler_process does first, the scheduler module already imported
+    rank = int(os.environ["RANK"])
+    dist.init_process_group("gloo", init_method="file://" + os.environ["INIT_FILE"], rank=rank, world_size={world},
+                            timeout=timedelta(seconds=120))
+    settings = cs.RankSettings(dp_size={world}, **{rank_settings!r})
+    server_args = cs.publish_context(settings)
+    # The delayer on, as --enable-prefill-delayer and its flags would set it, and the DP-wide tp_group a real gloo
+    # GroupCoordinator (cpu_scheduler's is the simulator's, without a process group): the delayer gathers over it.
+    rc.get_context().override("test", **{schedule!r})
+    rc.get_parallel().override_permanently(tp_group=GroupCoordinator(
+        group_ranks=[list(range({world}))], local_rank=rank, torch_distributed_backend="gloo", use_pynccl=False,
+        use_mscclpp=False, use_custom_allreduce=False, use_torch_symm_mem_all_reduce=False, use_hpu_communicator=False,
+        use_xpu_communicator=False, group_name="tp", gloo_timeout=timedelta(seconds=10)))
+    s = cs.build_scheduler(settings, server_args)  # its own init_schedule_policy builds the delayer
+    def name(c): return c.__module__ + "." + c.__qualname__
+    print(json.dumps({{"delayer": name(type(s.prefill_delayer)), "profile": getattr(s.prefill_delayer, "profile", None)}}),
+          flush=True)
+    loop = cs.OverlapRank(s, s.prefill_delayer)
+    seen = {{}}
+    own = s.get_new_batch_prefill
+
+    def observed(running_batch):  # what the call sites will read of the scheduler, as get_new_batch_prefill starts
+        seen.update(running=running_batch.batch_size(), waiting=len(s.waiting_queue), chunked=s.chunked_req is not None)
+        return own(running_batch)
+
+    s.get_new_batch_prefill = observed
+    for p, per_rank in enumerate(json.loads(os.environ["PLAN"]), 1):
+        outputs = per_rank[rank]
+        if outputs:
+            loop.ingest([cs.generate_request(f"r{{rank}}-{{p}}-{{i}}", {prompt}, n) for i, n in enumerate(outputs)])
+        seen.clear()
+        batch = loop.schedule()
+        loop.launch(batch)
+        print(json.dumps({{"pass": p, **seen, "extend": batch is not None and batch.forward_mode.is_extend()}}), flush=True)
+    s.prefill_delayer.core.close()  # the decision log flushed
+    dist.destroy_process_group()
+"""
+
+
+def cpu_plan() -> list[list[list[int]]]:
+    """Per pass and rank, the output lengths of the requests that arrive (each of PROMPT tokens)."""
+    plan: list[list[list[int]]] = [[[] for _ in range(WORLD)] for _ in range(CPU_PLAN_PASSES)]
+    for first, per_rank in ARRIVALS.items():
+        plan[first - 1] = [list(x) for x in per_rank]
+    return plan
+
+
+def _cpu_scheduler_processes(setting: str, tmp: Path) -> tuple[list[list[dict[str, Any]]], Path]:
+    """The plan on two CPU schedulers under ``PREFILL_DELAYER_PROFILE=setting``, logging: per rank the JSON lines the
+    process printed (its delayer, then a record per pass), and the decision log folder."""
+    from prefill_delayer.runtime.decision_log import DECISION_LOG_ENV
+
+    script = _CPU_SCHEDULER_PROCESS.format(no_scheduler=NO_SCHEDULER, world=WORLD, rank_settings=CPU_RANK,
+                                           schedule=CPU_SCHEDULE, prompt=PROMPT)
+    folder = tmp / f"log-{setting}"
+    runs = _run_schedulers(script, setting, tmp, "cpu", lambda rank: {
+        "PLAN": json.dumps(cpu_plan()), DECISION_LOG_ENV: str(folder)})
+    for done in runs:
+        assert done.returncode == 0, done.stderr
+    return [[json.loads(line) for line in done.stdout.splitlines()] for done in runs], folder
+
+
+@pytest.fixture(scope="module")
+def cpu_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[list[list[dict[str, Any]]], Path]]:
+    """aligned and hardened through the same plan (hardened: what aligned must equal wherever the hold is not cut)."""
+    tmp = tmp_path_factory.mktemp("cpu")
+    return {profile: _cpu_scheduler_processes(profile, tmp) for profile in ("aligned", "hardened")}
+
+
+def _logged(folder: Path) -> list[list[dict[str, Any]]]:
+    from decision_log_harness import pass_dicts
+
+    return [pass_dicts(folder / f"rank{rank}.jsonl") for rank in range(WORLD)]
+
+
+def _verdict(x: dict[str, Any]) -> tuple:
+    """A logged decision but its wait in seconds (the wall clock's)."""
+    return tuple(v for k, v in x["decision"].items() if k != "wait_seconds")
+
+
+def _reasons(passes: list[dict[str, Any]], first: int, last: int) -> list[str]:
+    return [x["decision"]["output_reason"] for x in passes[first - 1:last]]
+
+
+def test_aligned_reads_the_schedulers_running_batch_and_cuts_the_hold_only_where_it_is_empty(
+        cpu_runs: dict[str, tuple[list[list[dict[str, Any]]], Path]]) -> None:
+    """SGLang's own scheduler feeds aligned: every row field is what the scheduler object held at its call site, and
+    the verdict follows the one input aligned reads differently from hardened (the gathered running batch): with no
+    running batch in any row, the mixed wait ends after NO_DECODE_HOLD passes with no_decode; with one, it runs to
+    the pass cap with wait_timeout, as hardened's. A rank that cannot prefill reaches no call site, so its decode
+    is not in its row: aligned cuts the hold while only such a rank decodes."""
+    from prefill_delayer.spec.policies.aligned.guards import NO_DECODE_HOLD
+    from prefill_delayer.spec.registry import policy_of
+
+    aligned, hardened = policy_of("aligned"), policy_of("hardened")
+    # The inputs beyond SGLang's call-site arguments, from the spec: every one must be read from the scheduler object
+    # by the plugin and checked here against what the scheduler held, pass by pass.
+    extra = [f for f in aligned.row_names if f not in hardened.row_names]
+    assert not extra, (f"aligned's row has fields beyond the delayer's call-site arguments ({', '.join(extra)}): "
+                       "check each against the scheduler object here, as running_batch is below")
+    assert NO_DECODE_HOLD < CAP - 1
+    records, folder = cpu_runs["aligned"]
+    for out in records:
+        assert out[0] == {"delayer": OURS[0], "profile": "aligned"}, out[0]
+    logged = _logged(folder)
+    fields = aligned.row_names
+    for rank in range(WORLD):
+        seen, passes = records[rank][1:], logged[rank]
+        assert [x["pass"] for x in seen] == [x["pass"] for x in passes] == list(range(1, CPU_PLAN_PASSES + 1))
+        for s, x in zip(seen, passes):
+            row = dict(zip(fields, x["row"]))
+            # A rank reaches a call site when it has something to admit (no deferral here: the interval is off).
+            called = s["waiting"] > 0 or s["chunked"]
+            assert bool(row["prefillable"]) == called, (rank, s, row)
+            assert row["running_batch"] == (s["running"] if called else 0), (rank, s, row)
+            assert row["waiting_queue_len"] == (s["waiting"] if called else 0), (rank, s, row)
+    r0, r1 = records[0][1:], records[1][1:]
+    hold = ["delay"] * NO_DECODE_HOLD + ["no_decode"]
+    cap = ["delay"] * (CAP - 1) + ["wait_timeout"]
+    # No running batch anywhere: the hold is cut.
+    assert all(r["running"] == 0 for r in (r0[NO_DECODE - 1], r1[NO_DECODE - 1]))
+    assert _reasons(logged[0], NO_DECODE, NO_DECODE + NO_DECODE_HOLD) == hold
+    assert r0[NO_DECODE + NO_DECODE_HOLD - 1]["extend"]  # the pass that allows prefills
+    # Both prefill together; then rank 1 decodes, rank 0's request is done: only the rank that cannot prefill decodes.
+    assert _reasons(logged[0], BOTH, BOTH) == ["no_wait"]
+    assert r0[DECODE_ELSEWHERE - 1]["running"] == 0 and r1[DECODE_ELSEWHERE - 1]["running"] == 1
+    assert _reasons(logged[0], DECODE_ELSEWHERE, DECODE_ELSEWHERE + NO_DECODE_HOLD) == hold
+    # Rank 0's own running batch is in its row: the wait runs to the cap.
+    assert r0[DECODE_HERE - 1]["running"] == 1
+    assert [x["view"]["running_batch"] for x in logged[0][DECODE_HERE - 1:DECODE_HERE + CAP - 1]] == [1] * CAP
+    assert _reasons(logged[0], DECODE_HERE, DECODE_HERE + CAP - 1) == cap
+    # hardened on the same schedulers and plan: every one of those waits runs to the cap; from DECODE_HERE on, where
+    # both runs' schedulers hold the same requests again, aligned decides as hardened on every pass and rank.
+    their_records, their_folder = cpu_runs["hardened"]
+    theirs = _logged(their_folder)
+    assert their_records[0][0] == {"delayer": OURS[0], "profile": "hardened"}
+    assert _reasons(theirs[0], NO_DECODE, NO_DECODE + CAP - 1) == cap
+    assert _reasons(theirs[0], DECODE_ELSEWHERE, DECODE_ELSEWHERE + CAP - 1) == cap
+    assert _reasons(theirs[0], DECODE_HERE, DECODE_HERE + CAP - 1) == cap
+    for rank in range(WORLD):
+        assert [_verdict(x) for x in theirs[rank][DECODE_HERE - 1:]] == [_verdict(x) for x in logged[rank][DECODE_HERE - 1:]]
+
+
+def test_check_log_checks_aligned_logs_of_the_scheduler_and_finds_a_flipped_decision(
+        cpu_runs: dict[str, tuple[list[list[dict[str, Any]]], Path]], tmp_path: Path) -> None:
+    """The decision logs the schedulers wrote name the policy and check clean, the no-decode hold included; a copy with
+    the hold's no_decode pass flipped to a delay is a conformance finding at that pass (check-log exits 1)."""
+    import shutil
+
+    from prefill_delayer.spec.policies.aligned.guards import NO_DECODE_HOLD
+
+    from decision_log_harness import check_log, edit_pass
+
+    _, folder = cpu_runs["aligned"]
+    rc, out, err = check_log(str(folder), "--json", str(tmp_path / "clean.json"))
+    assert rc == 0, out + err
+    report = json.loads((tmp_path / "clean.json").read_text())
+    assert report["checked"] == {"conformance": WORLD * CPU_PLAN_PASSES, "agreement": CPU_PLAN_PASSES}
+    checks = {c["property"]: c["status"] for c in report["checks"]}
+    assert checks["no-decode-hold"] == "ok" and set(checks.values()) == {"ok"}, report["checks"]
+    assert {"no_decode", "wait_timeout", "delay", "no_wait"} <= set(report["decisions_by_reason"])
+    for rank in range(WORLD):
+        header = json.loads((folder / f"rank{rank}.jsonl").read_text().splitlines()[0])
+        assert header["profile"] == header["config"]["profile"] == "aligned"
+    bad = tmp_path / "flipped"
+    shutil.copytree(folder, bad)
+    flipped = NO_DECODE + NO_DECODE_HOLD  # the pass the hold's give-up allows, logged as one more delay
+
+    def to_delay(values: list, columns: list) -> None:
+        assert values[columns.index("decision.output_reason")] == reasons.index("no_decode")
+        values[columns.index("decision.output_allow")] = 0
+        values[columns.index("decision.output_reason")] = reasons.index("delay")
+
+    reasons = json.loads((bad / "rank0.jsonl").read_text().splitlines()[0])["enums"]["reason"]
+    edit_pass(bad / "rank0.jsonl", flipped, to_delay)
+    rc, out, err = check_log(str(bad), "--json", str(tmp_path / "bad.json"))
+    assert rc == 1, out + err
+    findings = json.loads((tmp_path / "bad.json").read_text())["findings"]
+    assert ("conformance", "decision", flipped, [0]) in [(f["category"], f["property"], f["pass"], f["ranks"])
+                                                         for f in findings], findings
