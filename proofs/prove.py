@@ -197,7 +197,9 @@ def run_parallel(profiles: Sequence[str], timeout_ms: int, jobs: int, options: O
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
     try:
-        parts = pool.map(_run_one_profile, [(p, timeout_ms, dict(options)) for p in profiles])
+        # one profile at a time: their costs differ tenfold, and map's default chunks of three left one worker
+        # with the slow ones at the end
+        parts = pool.map(_run_one_profile, [(p, timeout_ms, dict(options)) for p in profiles], chunksize=1)
         pool.close()
     except BaseException:
         pool.terminate()

@@ -21,11 +21,11 @@ def policies() -> tuple[Policy, ...]:
     """Every policy, loaded on first use (the policy modules import the spec's core, not this module)."""
     from .policies import (
         aligned, atom_930, atom_coalescer, prefill_decode_interval, sglang_delayer, sglang_lockstep, trtllm_adp_balance,
-        vllm_prefill_cadence,
+        vllm_prefill_cadence, vllm_prefill_delayer,
     )
 
     found = (sglang_delayer.POLICY, prefill_decode_interval.POLICY, vllm_prefill_cadence.POLICY, trtllm_adp_balance.POLICY,
-             atom_coalescer.POLICY, atom_930.POLICY, sglang_lockstep.POLICY, aligned.POLICY)
+             atom_coalescer.POLICY, atom_930.POLICY, vllm_prefill_delayer.POLICY, sglang_lockstep.POLICY, aligned.POLICY)
     names = [p for pol in found for p in pol.profile_names]
     owner = {a: pol.name for pol in found for a in pol.release_aliases}
     clash = [a for pol in found for a in pol.release_aliases if a in names and pol.release_aliases[a] != a]

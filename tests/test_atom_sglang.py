@@ -1,9 +1,10 @@
-"""ATOM #930 inside SGLang 0.5.23: its inputs are what SGLang's call sites pass, so the plugin runs it.
+"""ATOM #930 and vLLM #48246's port inside SGLang 0.5.23: their inputs are what SGLang's call sites pass, so the
+plugin runs them.
 
-``PREFILL_DELAYER_PROFILE=atom-930`` replaces SGLang's classes with the shell
+``PREFILL_DELAYER_PROFILE=atom-930`` (or ``vllm-48246``) replaces SGLang's classes with the shell
 for that profile; built from SGLang's own runtime context on two gloo ranks,
-the shell reduces over SGLang's TP group with one ``all_reduce(MAX)`` per pass
-and decides as ``PolicyCore`` does on the same arguments. The profiles whose
+the shell reduces over SGLang's TP group with one all-reduce per pass (MAX for
+#930, SUM for #48246) and decides as ``PolicyCore`` does on the same arguments. The profiles whose
 inputs SGLang does not pass stop the process at start-up, saying which.
 """
 
@@ -34,12 +35,17 @@ print(json.dumps({"module": f"{pd.PrefillDelayer.__module__}.{pd.PrefillDelayer.
 """
 
 
-def test_the_plugin_runs_atom_930() -> None:
-    done = run_python(_LOAD, {"PREFILL_DELAYER_PROFILE": "atom-930"})
+# the profiles the plugin runs here, and what of SGLang's call each reads
+READS = {"atom-930": lambda pre, usage: (pre, usage), "vllm-48246": lambda pre, usage: (pre,)}
+
+
+@pytest.mark.parametrize("profile", sorted(READS))
+def test_the_plugin_runs_it(profile: str) -> None:
+    done = run_python(_LOAD, {"PREFILL_DELAYER_PROFILE": profile})
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
-    assert out == {"module": OURS[0], "profile": "atom-930"}
-    assert "profile atom-930 (PREFILL_DELAYER_PROFILE=atom-930)" in done.stderr
+    assert out == {"module": OURS[0], "profile": profile}
+    assert f"profile {profile} (PREFILL_DELAYER_PROFILE={profile})" in done.stderr
 
 
 @pytest.mark.parametrize("profile, missing", [("atom-coalescer", "no pending tokens"), ("lockstep", "no prefill_in_flight"),
@@ -57,12 +63,12 @@ def _trace(seed: int, world: int, passes: int) -> list[list[tuple[bool, float, i
     return [[(rng.random() < 0.5, rng.choice([0.1, 0.6, 0.9]), rng.randint(0, 20)) for _ in range(world)] for _ in range(passes)]
 
 
-def _shell(rank: int, world: int, trace: list) -> dict[str, Any]:
+def _shell(rank: int, world: int, trace: list, profile: str) -> dict[str, Any]:
     from prefill_delayer.integrations.sglang import PrefillDelayer, PrefillDelayerSinglePassExecutor
 
     publish_context(rank, world, layout_widths(world, attn_dp_size=world), SCHEDULE)
     clock = Clock(rate=1.0 + 0.5 * rank)  # this rank's clock runs faster than its peer's
-    d = PrefillDelayer(4, 0.2, clock=clock, profile="atom-930")
+    d = PrefillDelayer(4, 0.2, clock=clock, profile=profile)
     out = []
     for step in trace:
         clock.t += 0.01
@@ -76,10 +82,12 @@ def _shell(rank: int, world: int, trace: list) -> dict[str, Any]:
 
 
 @pytest.mark.multiprocess
-def test_the_shell_reduces_over_sglangs_group_and_decides_as_the_core() -> None:
+@pytest.mark.parametrize("profile", sorted(READS))
+def test_the_shell_reduces_over_sglangs_group_and_decides_as_the_core(profile: str) -> None:
     world, trace = 2, _trace(930, 2, 40)
-    per_rank = results(spawn_gloo(world, _shell, trace))
+    per_rank = results(spawn_gloo(world, _shell, trace, profile))
     assert all(o["collective"] == "TorchAllReduce" for o in per_rank)
+    assert per_rank[0]["config"]["profile"] == profile
     assert per_rank[0]["config"]["max_delay_ms"] == SCHEDULE["prefill_delayer_max_delay_ms"]  # read where SGLang keeps it
     c = Config(**per_rank[0]["config"])
 
@@ -90,7 +98,7 @@ def test_the_shell_reduces_over_sglangs_group_and_decides_as_the_core() -> None:
         for step in trace:
             clock.t += 0.01
             pre, usage, _ = step[rank]
-            d = core.negotiate(pre, usage)
+            d = core.negotiate(*READS[profile](pre, usage))
             core.finalize()
             out.append((d.output_allow, d.output_allow, d.output_reason))
         return out

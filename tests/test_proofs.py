@@ -63,8 +63,8 @@ def test_cli_prove_writes_report_and_traces(tmp_path):
     assert {r["status"] for r in data["results"]} <= {"proved", "refuted"}
     paths = [r["trace"] for r in data["results"] if r["trace"]]
     refuted = sum(s == "refuted" for pol in policies() for inv in pol.invariants for s in inv.expected.values())
-    # 12 of SGLang's delayer, 3 of its interval gate, 15 of the other engines' policies (issue 19)
-    assert len(paths) == refuted == 12 + 3 + 15 and all((traces / p.split("/")[-1]).exists() for p in paths)
+    # 12 of SGLang's delayer, 3 of its interval gate, 18 of the other engines' policies (issue 19)
+    assert len(paths) == refuted == 12 + 3 + 18 and all((traces / p.split("/")[-1]).exists() for p in paths)
     assert data["seconds"] > 0
 
 

@@ -1,7 +1,8 @@
 """The runtime's all-reduce on real gloo groups (2-4 ranks): decisions, and today's failure handling without rows.
 
-ATOM's delayers decide from one ``all_reduce`` (SUM for the coalescer, MAX for
-#930); ``PolicyCore.over_group`` reduces over ``torch.distributed`` for them.
+ATOM's delayers and vLLM #48246's decide from one ``all_reduce`` (SUM for the
+coalescer and #48246's count, MAX for #930); ``PolicyCore.over_group`` reduces
+over ``torch.distributed`` for them.
 Checked here on loopback gloo groups with a short collective timeout: the
 decisions equal an in-process run's; one bad input, several, another
 configuration, a dead peer each fail the pass on every rank alike with the
@@ -40,12 +41,23 @@ def _930_inputs(rng: random.Random, world: int, passes: int) -> list[list[dict[s
             for _ in range(passes)]
 
 
+def _48246_inputs(rng: random.Random, world: int, passes: int) -> list[list[dict[str, Any]]]:
+    return [[{"local_prefillable": rng.random() < 0.6} for _ in range(world)] for _ in range(passes)]
+
+
 CONFIGS = {
     "atom-coalescer": dict(max_num_batched_tokens=64, ttft_max_ticks=4, stall_ticks=2, partial_max_ticks=3,
                            token_usage_low_watermark=0.2, max_queue_ms=500.0),
     "atom-930": dict(max_delay_passes=3, token_usage_low_watermark=0.2),
+    "vllm-48246": dict(max_delay_passes=3),
 }
-INPUTS = {"atom-coalescer": _coalescer_inputs, "atom-930": _930_inputs}
+INPUTS = {"atom-coalescer": _coalescer_inputs, "atom-930": _930_inputs, "vllm-48246": _48246_inputs}
+# per profile: a good call, the field a bad call breaks and its bad value, and a parameter to mismatch
+GOOD = {"atom-coalescer": {"prefillable": True, "pending_tokens": 1}, "atom-930": {"local_prefillable": True, "token_usage": 0.5},
+        "vllm-48246": {"local_prefillable": True}}
+BAD = {"atom-coalescer": ("pending_tokens", -1), "atom-930": ("token_usage", -1), "vllm-48246": ("local_prefillable", 1)}
+OTHER = {"atom-coalescer": ("token_usage_low_watermark", 0.3), "atom-930": ("token_usage_low_watermark", 0.3),
+         "vllm-48246": ("max_delay_passes", 4)}
 
 
 def _decide(core: Any, run: list, rank: int) -> list[tuple]:
@@ -66,7 +78,7 @@ def _over_gloo(rank: int, world: int, profile: str, seed: int) -> dict[str, Any]
 
 
 @pytest.mark.parametrize("world", [2, 4])
-@pytest.mark.parametrize("profile", ["atom-coalescer", "atom-930"])
+@pytest.mark.parametrize("profile", ["atom-coalescer", "atom-930", "vllm-48246"])
 def test_over_gloo_the_reduce_decides_as_in_process(profile: str, world: int) -> None:
     per_rank = results(spawn_gloo(world, _over_gloo, profile, world))
     c = Config(profile=profile, dp_size=world, **CONFIGS[profile])
@@ -74,16 +86,14 @@ def test_over_gloo_the_reduce_decides_as_in_process(profile: str, world: int) ->
     want = run_ranks(world, lambda r, g: _decide(PolicyCore(c, g, clock=lambda: 0.0, decision_log=False), run, r))
     assert [o["decisions"] for o in per_rank] == want
     assert all(o["kind"] == "ReduceCore" and o["collective"] == "TorchAllReduce" for o in per_rank)
-    op = "SUM" if profile == "atom-coalescer" else "MAX"
+    op = c.policy.collective.removeprefix("all_reduce_").upper()
     assert f"all_reduce {op}, {world} ranks" in per_rank[0]["group"]
     assert len({d[0] for o in per_rank for d in o["decisions"]}) == 2  # the runs both hold and release
 
 
 def _failures(rank: int, world: int, profile: str) -> dict[str, Any]:
     c = Config(profile=profile, dp_size=world, **CONFIGS[profile])
-    good = {"atom-coalescer": {"prefillable": True, "pending_tokens": 1}, "atom-930": {"local_prefillable": True,
-                                                                                     "token_usage": 0.5}}[profile]
-    bad_field = "pending_tokens" if profile == "atom-coalescer" else "token_usage"
+    good, (bad_field, bad) = GOOD[profile], BAD[profile]
     core = PolicyCore.over_group(c, clock=lambda: 0.0, decision_log=False)
     core.negotiate(**good)
     core.finalize()
@@ -91,10 +101,11 @@ def _failures(rank: int, world: int, profile: str) -> dict[str, Any]:
     for label, bad_ranks in (("one", {1}), ("several", {1, world - 1})):
         state, passes = core.state, core.passes
         try:
-            core.negotiate(**{**good, bad_field: -1 if rank in bad_ranks else good[bad_field]})
+            core.negotiate(**{**good, bad_field: bad if rank in bad_ranks else good[bad_field]})
         except PeerInputError as err:
             out[label] = {**error_info(err), "kept": core.state == state and core.passes == passes}
-    other = Config(profile=profile, dp_size=world, **{**CONFIGS[profile], "token_usage_low_watermark": 0.2 + 0.1 * (rank == 0)})
+    name, value = OTHER[profile]
+    other = Config(profile=profile, dp_size=world, **{**CONFIGS[profile], **({name: value} if rank == 0 else {})})
     try:
         PolicyCore.over_group(other, clock=lambda: 0.0, decision_log=False).negotiate(**good)
     except ConfigMismatchError as err:
@@ -105,10 +116,10 @@ def _failures(rank: int, world: int, profile: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("world", [3])
-@pytest.mark.parametrize("profile", ["atom-coalescer", "atom-930"])
+@pytest.mark.parametrize("profile", ["atom-coalescer", "atom-930", "vllm-48246"])
 def test_over_gloo_a_bad_pass_fails_on_every_rank_alike(profile: str, world: int) -> None:
     per_rank = results(spawn_gloo(world, _failures, profile))
-    field = "pending_tokens" if profile == "atom-coalescer" else "token_usage"
+    field = BAD[profile][0]
     for o in per_rank:
         assert o["one"]["message"] == per_rank[0]["one"]["message"]
         assert o["one"]["message"].endswith(f"invalid negotiate input on rank 1 (rank 1: {field})") and o["one"]["kept"]

@@ -49,6 +49,7 @@ from ..schema import LogSchema
 from .sglang_delayer.variables import INPUTS as SGLANG_CALL
 from ..table import FINALIZE, Table, Transition, negotiate_row, resolve
 from .atom_common import SCALE, UPSTREAM_URL, LowWatermark, Scope, scaled_share, scope_of
+from .dp_scope import RankFamily as Family, rank_families
 
 NAME = "atom-930"
 SOURCE_COMMIT = "3fa7dc0a6f2ada0511ef8b1fda70035869d13b99"
@@ -440,15 +441,6 @@ def reference_row(o: Any, c: Any, inp: Any, s: Any) -> list:
 # ----- what the proofs range over ------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Family:
-    profile: str
-    dp_size: Optional[int] = None
-
-    def label(self) -> str:
-        return f"{self.profile}/dp-ranks"
-
-
 @dataclass
 class SymConfig(SymLayout):
     profile: str
@@ -599,7 +591,7 @@ POLICY = Policy(
     ),
     proof=ProofHooks(
         outputs=("output_reason", "output_allow", "wait_forward_passes"),
-        families=lambda profile, scope: [Family(profile, scope.dp_size)],
+        families=rank_families,
         scope_ranges=lambda fams: "dp_size any >= 1, max_delay_passes any >= 0, max_delay_ms any > 0, "
         "token_usage_low_watermark off or any in [0, 1]",
         layout_range="any number of DP ranks (one reduced row)",
