@@ -106,8 +106,10 @@ def line_cost(passes: int, folder: Path) -> float:
     log = DecisionLog(DecisionLogOptions(folder / "line.jsonl"), c, rank=3, group_rank=3, group_ranks=list(range(WORLD)))
     env = Envelope(c)
     rng = random.Random(1)
+    # Each row as the runtime gathers it: the policy's fields, the envelope's constant part, the pass stamp.
     flats = [[v for r in range(WORLD) for v in (rng.randint(0, 1), 0, rng.randint(0, 300), 64, rng.randint(0, 90), 0, 256,
-                                                  0, env.fingerprint)] for _ in range(64)]
+                                                  *env.tail, env.stamp(k + 1))] for k in range(64)]
+    assert len(flats[0]) == env.flat_len, (len(flats[0]), env.flat_len)
     policy = c.policy
     state = policy.init
     d = policy.decision_cls(policy.state_cls("delaying", 2, 1000.123456789, False), "mixed", False, "delay", 9, 0, 0, 0.0)
@@ -115,6 +117,7 @@ def line_cost(passes: int, folder: Path) -> float:
     for k in range(passes):
         log.passed(k + 1, 1000.0 + k * 0.0501234567, (0.8712345678901234, 256), flats[k & 63], state, d)
     log.close()
+    assert log.failure is None, f"the decision log stopped, so its cost was not measured: {log.failure}"
     return (time.process_time() - c0) / passes * 1e6
 
 
