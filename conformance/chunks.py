@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -216,21 +216,22 @@ class ChunkLines:
 
 
 def read_segments(segs: list[Segment]) -> list[tuple[Segment, list[bytes]]]:
+    """Each segment's bytes, as a copy of the segment (``data``, ``cut`` set) with its lines: the task's own
+    segments stay as planned, so a chunk's result does not carry the chunk's bytes back from a worker."""
     out = []
     for seg in segs:
         with open(seg.path, "rb") as f:
             f.seek(seg.start)
             data = f.read(seg.end - seg.start)
         if data.endswith(b"\n") and data[:1] == b"[" and b"{" not in data:  # format 2, pass lines only: parsed whole
-            seg.data = data
-            out.append((seg, []))
+            out.append((replace(seg, data=data), []))
             continue
         lines = data.split(b"\n")
         if lines and lines[-1] == b"":
             lines.pop()
+            out.append((seg, lines))
         else:
-            seg.cut = bool(lines) and seg.last
-        out.append((seg, lines))
+            out.append((replace(seg, cut=bool(lines) and seg.last), lines))
     return out
 
 

@@ -264,6 +264,7 @@ class RankOut:
     report_sec: Optional[np.ndarray]
     first_before: Any = None
     last_after: Any = None
+    reasons: Counter = field(default_factory=Counter)  # passes per output reason, counted in the worker
     findings: list = field(default_factory=list)
     fails: list = field(default_factory=list)
     sets: list = field(default_factory=list)
@@ -405,6 +406,7 @@ def check_chunk(task: ChunkTask) -> ChunkOut:
         if n:
             out.allow = np.asarray(cols.decision.output_allow, dtype=bool)
             out.reason = np.asarray(cols.decision.output_reason)
+            out.reasons = Counter(out.reason.tolist())
             out.counts = model.counts(view, cols.decision, n)
             if model.report is not None:
                 out.report_len = np.asarray(getattr(cols.decision, model.report.length), dtype=np.int64)
@@ -840,8 +842,7 @@ class Stitcher:
             if prev is not None:
                 st.gaps.append((prev + 1, int(num[i]) - 1))
         # -- counts of the summary
-        for reason, k in Counter(ro.reason.tolist()).items():
-            st.reasons[reason] += k
+        st.reasons.update(ro.reasons)
         mixed = ro.counts.get("mixed", np.zeros(n, bool))
         st.mixed += int(mixed.sum())
         if self.plot:
