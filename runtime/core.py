@@ -38,7 +38,7 @@ from ..spec.fields import clock_problem
 from ..spec.inputs import CLOCK
 from ..spec.policy import ALL_GATHER
 from .decision_log import DecisionLog, open_decision_log
-from .envelope import PASS_MASK, Envelope, ensure_rows
+from .envelope import PASS_MASK, Envelope, ensure_rows, envelope_positions
 from .errors import CollectiveError
 from .gather import GatherFn, describe
 from .server_args import get_bool_env_var
@@ -308,17 +308,17 @@ def negotiate(self, {params}):
             self._log.failed(pass_number, now, self._inputs_dict(({args},)), None, state, failure)
         raise failure from err
     try:
-        n = self._n
         if gather_flat is None:
-            if len(flat) != self._world_size or any(len(r) != n for r in flat):
+            if len(flat) != self._world_size or any(len(r) != {n} for r in flat):
                 _ensure_rows(flat, self.envelope, pass_number, self._group)  # raises, saying what came back
             flat = [x for r in flat for x in r]
+        world = self._world_size
         if (
             problems
             or len(flat) != self._flat_len
-            or flat[self._f_fingerprint::n].count(self._fingerprint) != self._world_size
-            or flat[self._f_stamp::n].count(stamp) != self._world_size
-            or any(flat[self._f_error::n])
+            or flat[{f_fingerprint}::{n}].count(self._fingerprint) != world
+            or flat[{f_stamp}::{n}].count(stamp) != world
+            or flat[{f_error}::{n}].count(0) != world
         ):
             self.envelope.reject(flat, pass_number, self._group, problems, clock_error, self._gather_again)
     except Exception as failure:
@@ -338,7 +338,7 @@ def negotiate(self, {params}):
 
 
 _PASS_LOCALS = frozenset({"self", "step", "state", "pass_number", "problems", "clock_error", "now", "err", "problem", "row", "stamp",
-                          "gather_flat", "flat", "failure", "n", "r", "x", "decision", "log"})
+                          "gather_flat", "flat", "failure", "world", "r", "x", "decision", "log"})
 
 
 @functools.lru_cache(maxsize=None)
@@ -354,6 +354,7 @@ def _compiled_pass(policy_name: str) -> Callable[..., Any]:
     params = ", ".join(n if f.default is None else f"{n}={f.default!r}" for n, f in zip(names, policy.inputs))
     by_name = dict(zip(policy.input_names, names))
     source = _PASS.format(
+        **envelope_positions(policy)._asdict(),  # the envelope's places in a row: literals, as they are the policy's
         params=params,
         args=", ".join(names),
         local="".join(f"{by_name[n]}, " for n in policy.local_inputs),

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, NoReturn, Optional, Sequence
+from typing import Any, NamedTuple, NoReturn, Optional, Sequence
 
 from ..spec.errors import PassInputError
 from ..spec.inputs import checks_of
@@ -53,6 +53,21 @@ def pass_of(stamp: int) -> int:
     return stamp & PASS_MASK
 
 
+class Positions(NamedTuple):
+    """Where the envelope sits in a policy's row (the same for every configuration of the policy)."""
+
+    n: int  # the row's length
+    f_error: int
+    f_fingerprint: int
+    f_stamp: int
+
+
+def envelope_positions(policy: Any) -> Positions:
+    """The envelope's places in ``policy``'s row: its own fields first, then ``FIELDS`` in order."""
+    k = len(policy.row)
+    return Positions(k + len(FIELDS), *(k + FIELDS.index(f) for f in FIELDS))
+
+
 class Envelope:
     """Positions of the envelope in one configuration's rows, and the checks on a gathered pass."""
 
@@ -60,10 +75,7 @@ class Envelope:
         self.config = config
         self.policy = config.policy
         self.n_policy = len(self.policy.row)
-        self.row_len = self.n_policy + len(FIELDS)
-        self.f_error = self.n_policy
-        self.f_fingerprint = self.n_policy + 1
-        self.f_stamp = self.n_policy + 2
+        self.row_len, self.f_error, self.f_fingerprint, self.f_stamp = envelope_positions(self.policy)
         self.world_size = config.world_size
         self.flat_len = self.world_size * self.row_len
         self.fingerprint = config.fingerprint()
