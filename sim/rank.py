@@ -144,7 +144,7 @@ class RankScheduler:
             if self._publish_counter < interval:
                 return
         self._publish_counter = 0
-        self._snapshot = (self._running_batch + len(self.waiting), self.allocated + sum(r.prompt for r in self.waiting))
+        self._snapshot = (self._running_batch + len(self.waiting), self.allocated + self._waiting_tokens)
 
     # ----- requests in -----------------------------------------------------------
 
@@ -169,7 +169,7 @@ class RankScheduler:
             self._publish_counter = 0
         else:
             return
-        self._snapshot = (len(self.waiting), self.allocated + sum(r.prompt for r in self.waiting))
+        self._snapshot = (len(self.waiting), self.allocated + self._waiting_tokens)
 
     def _fully_idle(self, group_ran: bool) -> bool:
         # is_fully_idle(for_health_check=True): nothing running, chunked or waiting, and with

@@ -102,3 +102,22 @@ def test_new_seqs_per_window_count_every_admission_once():
     assert windows and all(len(w) == 2 for w in windows)
     assert sum(r.new_seqs) == 40
     assert sum(map(sum, windows)) <= 40
+
+
+def test_the_load_snapshot_counts_the_waiting_prompts_it_tracks(monkeypatch: pytest.MonkeyPatch):
+    # The snapshot's token load reads the waiting queue's prompt tokens as tracked on arrival and admission
+    # (O(1) a pass, where a sum over a long queue made large DP sizes slow): they must be the queue's own.
+    from prefill_delayer.sim.rank import RankScheduler
+
+    seen = []
+    publish, idle = RankScheduler.publish_load, RankScheduler.on_idle
+
+    def check(self):
+        seen.append(len(self.waiting))
+        assert self._waiting_tokens == sum(r.prompt for r in self.waiting)
+
+    monkeypatch.setattr(RankScheduler, "publish_load", lambda self, *a: (publish(self, *a), check(self))[0])
+    monkeypatch.setattr(RankScheduler, "on_idle", lambda self, *a: (idle(self, *a), check(self))[0])
+    run_variant(small(passes=400), Variant.of("hardened"),
+                Poisson(rate=40.0, prompt=Lengths(500, 3000), output=Lengths(20, 200)))
+    assert max(seen) > 5  # a queue did build up
