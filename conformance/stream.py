@@ -1050,16 +1050,15 @@ class Stitcher:
             self.group[g.id] = (last_run, start0)
         self.prev_number = int(num[-1])
 
-    def session_checks(self, merged: bool = False) -> None:
-        """The desync checks over the whole run: the runtime's refused collectives (from the fail lines: a node's
-        digest keeps these findings), and every rank logged (cross-rank: a node's digest leaves it to the merge)."""
+    def session_checks(self) -> None:
+        """The desync checks over the whole run: the runtime's refused collectives (from the fail lines, one finding
+        with every rank that logged one) and every rank logged; both across ranks, so a node's digest leaves them to
+        the merge (it keeps the fail records they read)."""
         from .desync import desync_errors, every_rank_logged
 
-        report = self.report
-        if not merged:
-            desync_errors(report, self.s)
         with self._cross_scope():
-            every_rank_logged(report, self.s)
+            desync_errors(self.report, self.s)
+            every_rank_logged(self.report, self.s)
 
     def finish(self) -> None:
         for r, log in enumerate(self.s.logs):
