@@ -10,7 +10,8 @@ each rank logged), and the desync checks: every rank logged, the pass stamps
 compared pass by pass (ranks on two nodes whose pass numbers drift apart), and
 each collective the runtime refused, one finding with every rank that logged
 it. A node's digest keeps, per chunk and rank, exactly what that comparison
-reads (``stream.CrossCols``: a few numbers per pass record, deflated) and
+reads (``stream.CrossCols``: a few numbers per pass record, deflated; the
+stamp as its offset from the pass number, 0 while the ranks are in step) and
 each rank's fail records (``FAIL_FIELDS``), beside the node's per-rank findings
 and counts, as a zip of ``.npy`` arrays and one ``meta.json``, written chunk by
 chunk and renamed into place when whole.
@@ -42,7 +43,7 @@ from .desync import REFUSED
 from .logread import FailRec, LogError, RankLog
 from .stream import CHUNK_RECORDS, ChunkOut, CrossCols, Stitcher, _model, cross_check
 
-# 2: the fail records with their place and, for refused collectives, their message
+# 2: the fail records with their place and, for refused collectives, their message; the stamp as an offset
 DIGEST_FORMAT = 2
 TOOL = "prefill-delayer check-log digest"
 # A rank's fail record in its digest: a list of these FailRec fields (not the state before: the merge reads none).

@@ -538,8 +538,8 @@ class CrossCols:
     def arrays(self, prefix: str) -> dict[str, np.ndarray]:
         out = {f"{prefix}number": self.number, f"{prefix}digest": self.digest, f"{prefix}reason": self.reason.astype(str),
                f"{prefix}mixed": self.mixed, f"{prefix}own": self.own, f"{prefix}fi": self.fi, f"{prefix}line": self.line}
-        if self.stamp is not None:
-            out[f"{prefix}stamp"] = self.stamp
+        if self.stamp is not None:  # as its offset from the logged pass: 0 on every pass of ranks in step, deflated to ~nothing
+            out[f"{prefix}stamp_offset"] = self.stamp - self.number
         for part in ("keys", "nexts", "befores", "readings", "groups"):
             for k, v in getattr(self, part).items():
                 out[f"{prefix}{part}:{k}"] = np.asarray(v) if np.asarray(v).dtype.kind != "U" else np.asarray(v).astype(str)
@@ -558,7 +558,7 @@ class CrossCols:
         return cls(get(f"{prefix}number"), get(f"{prefix}digest"), part("keys"), part("nexts"), part("befores"),  # type: ignore[arg-type]
                    part("readings"), get(f"{prefix}reason"), get(f"{prefix}mixed"), part("groups"), get(f"{prefix}own"),  # type: ignore[arg-type]
                    tuple(get(n) for _, n in views) if views else None, get(f"{prefix}fi"), get(f"{prefix}line"),  # type: ignore[arg-type]
-                   get(f"{prefix}stamp") if f"{prefix}stamp" in names else None)
+                   get(f"{prefix}stamp_offset") + get(f"{prefix}number") if f"{prefix}stamp_offset" in names else None)  # type: ignore[operator]
 
     def take(self, mask: np.ndarray) -> "CrossCols":
         def cut(d: dict) -> dict:
