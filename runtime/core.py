@@ -99,8 +99,8 @@ class PolicyCore:
         # An all-reduce's row (``runtime.reduce``) is reduced, not one row per rank: it carries no pass stamp.
         self._f_stamp: Optional[int] = getattr(env, "f_stamp", None)
         self._problems = env.checks.problems
-        # The compiled row ends with the envelope of a valid row.
-        self._step = CompiledStep(c, row_tail=env.tail, row_len=env.row_len)
+        # The compiled row ends with the envelope of a valid row, the stamp's slot 0 (each pass sets it: no append).
+        self._step = CompiledStep(c, row_tail=(*env.tail, 0) if self._f_stamp is not None else env.tail, row_len=env.row_len)
         self._shadow: Optional[DelayerMachine] = DelayerMachine(c, self._step.table) if get_bool_env_var(CROSSCHECK_ENV) else None
         self._pure = Step(c, self._step.table)
         self._state = policy.init
@@ -302,7 +302,7 @@ def negotiate(self, {params}):
         row = self.envelope.error_row(problems, stamp)
     else:
         row = step.row(state, now, {args})
-        row.append(stamp)
+        row[self._f_stamp] = stamp
     gather_flat = self._gather_flat
     try:
         flat = gather_flat(row) if gather_flat is not None else self._gather(row)
