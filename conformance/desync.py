@@ -6,7 +6,9 @@
   Their decisions are unchecked, and a mixed rollout looks exactly like this.
 * **same-pass.** The runtime refuses a pass whose rows carry different pass
   stamps (``runtime.envelope``) and logs it as a ``DesyncError``: each such
-  collective is one finding, with the ranks that logged it. And ranks whose
+  collective is one finding, with the ranks that logged it, wherever their
+  logs are (a node's digest keeps each rank's fail records; the merge groups
+  them, so ranks on two nodes are one finding, not one per node). And ranks whose
   logged pass numbers drift apart, so that one rank's pass ``n`` is another
   collective than its peer's pass ``n`` (the pass numbers their rows' stamps
   carried differ by ``d``), are a desync from the pass where the drift starts:
@@ -23,9 +25,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..runtime.errors import DesyncError
 from .checks import Finding, Report, Session
 
 DESYNC = "desync"
+REFUSED = DesyncError.__name__  # the error a fail line of a collective the runtime refused as a desync names
 # (category, property, what it covers): rows of check-log's verdict table.
 CHECKS = (
     (DESYNC, "every-rank-logged", "every rank of the gather wrote a log"),
@@ -62,11 +66,14 @@ def every_rank_logged(report: Report, s: Session) -> None:
 
 
 def desync_errors(report: Report, s: Session) -> None:
-    """One finding per refused collective: the ranks that logged the same DesyncError."""
+    """One finding per refused collective: the ranks that logged the same DesyncError.
+
+    Across ranks (the ranks of one collective log one message), so a node's digest keeps each rank's fail records
+    with their messages and the merge runs this on them, rather than one finding per node."""
     by_message: dict[str, list[tuple[Any, Any]]] = {}
     for log in s.logs:
         for f in log.fails:
-            if f.error == "DesyncError":
+            if f.error == REFUSED:
                 by_message.setdefault(f.message, []).append((log, f))
     for message, found in by_message.items():
         first = min(f.number for _, f in found)

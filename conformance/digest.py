@@ -4,12 +4,17 @@ A rank's log lives on its node, so everything about one rank is checked there
 (``check-log PATH... --digest FILE``): conformance, its own row, the pass rules,
 the run bounds and reports, the summary's counts. What needs every rank of a
 gather is left to the merge: agreement (decisions and gathered-rows digests
-compared pass by pass), the group run bounds, and for compact logs the rows
+compared pass by pass), the group run bounds, for compact logs the rows
 rebuilt from every rank's own row (their digest and their fold against what
-each rank logged). A node's digest keeps, per chunk and rank, exactly what that
-comparison reads (``stream.CrossCols``: a few numbers per pass record, deflated)
-beside the node's per-rank findings and counts, as a zip of ``.npy`` arrays and
-one ``meta.json``, written chunk by chunk and renamed into place when whole.
+each rank logged), and the desync checks: every rank logged, the pass stamps
+compared pass by pass (ranks on two nodes whose pass numbers drift apart), and
+each collective the runtime refused, one finding with every rank that logged
+it. A node's digest keeps, per chunk and rank, exactly what that comparison
+reads (``stream.CrossCols``: a few numbers per pass record, deflated; the
+stamp as its offset from the pass number, 0 while the ranks are in step) and
+each rank's fail records (``FAIL_FIELDS``), beside the node's per-rank findings
+and counts, as a zip of ``.npy`` arrays and one ``meta.json``, written chunk by
+chunk and renamed into place when whole.
 
 ``check-log --merge DIGEST...`` groups the digests' runs (same configuration,
 spec, gather and run order), checks that no rank comes twice, and runs the same
@@ -34,11 +39,25 @@ import numpy as np
 from ..spec.config import Config
 from ..spec.schema import MODE_COMPACT
 from .checks import Finding, LogStats, Report, Session, divergence_is_no_known_defect
-from .logread import LogError, RankLog
+from .desync import REFUSED
+from .logread import FailRec, LogError, RankLog
 from .stream import CHUNK_RECORDS, ChunkOut, CrossCols, Stitcher, _model, cross_check
 
-DIGEST_FORMAT = 1
+# 2: the fail records with their place and, for refused collectives, their message; the stamp as an offset
+DIGEST_FORMAT = 2
 TOOL = "prefill-delayer check-log digest"
+# A rank's fail record in its digest: a list of these FailRec fields (not the state before: the merge reads none).
+# The message is kept for a collective the runtime refused (``desync.desync_errors`` groups the ranks by it) and
+# empty for the other errors, so a rank failing every pass adds a few numbers per pass, not its messages.
+FAIL_FIELDS = tuple(k for k in FailRec._fields if k != "before")
+
+
+def _fail_row(f: FailRec) -> list[Any]:
+    return [getattr(f, k) if k != "message" or f.error == REFUSED else "" for k in FAIL_FIELDS]
+
+
+def _fail_of(row: list[Any]) -> FailRec:
+    return FailRec(**dict(zip(FAIL_FIELDS, row)), before=None)
 
 
 def _stats_dict(st: LogStats) -> dict[str, Any]:
@@ -91,7 +110,7 @@ class DigestWriter:
                     waits = [np.asarray(w, dtype=np.float64).reshape(-1) for w in st.waits]
                     self._array(f"s{s.index}/waits/r{r}", np.concatenate(waits) if waits else np.zeros(0))
                     ranks.append({"header": log.header, "files": log.files, "notes": log.notes, "stats": _stats_dict(st),
-                                  "fails": [[f.number, f.error] for f in log.fails]})
+                                  "fails": [_fail_row(f) for f in log.fails]})
                 findings = [f for f in report.findings if f.session == s.index and getattr(f, "scope", "rank") == "rank"]
                 counts = Counter()
                 for f in findings:
@@ -135,8 +154,11 @@ class _Digest:
             self.meta = json.loads(self.zip.read("meta.json"))
         except (OSError, zipfile.BadZipFile, KeyError, ValueError) as exc:
             raise LogError(f"{path}: not a check-log digest ({exc})") from None
-        if self.meta.get("tool") != TOOL or self.meta.get("format") != DIGEST_FORMAT:
-            raise LogError(f"{path}: not a check-log digest of format {DIGEST_FORMAT} (written by check-log --digest)")
+        if self.meta.get("tool") != TOOL:
+            raise LogError(f"{path}: not a check-log digest (written by check-log --digest)")
+        if self.meta.get("format") != DIGEST_FORMAT:
+            raise LogError(f"{path}: a check-log digest of format {self.meta.get('format')}, this build merges format "
+                           f"{DIGEST_FORMAT}: write the node's digest again with this build's check-log --digest")
         self.names = set(self.zip.namelist())
 
     def array(self, name: str) -> np.ndarray:
@@ -186,6 +208,7 @@ def merge_digests(paths: list[str], jobs: Optional[int] = None) -> tuple[Report,
                 info = d.meta["sessions"][i]["ranks"][r]
                 log = RankLog(info["header"], Config(**info["header"]["config"]))
                 log.files, log.notes = list(info["files"]), list(info["notes"])
+                log.fails = [_fail_of(row) for row in info["fails"]]
                 logs.append(log)
             sessions.append(Session(len(sessions), logs[0].config, logs[0].spec_hash, logs))
             members.append(run)
@@ -205,7 +228,7 @@ def merge_digests(paths: list[str], jobs: Optional[int] = None) -> tuple[Report,
         for lo, hi in _ranges(run):
             cols = [_load(d, i, r, lo, hi) for d, i, r in run]
             stitch._cross(cross_check(s, model, cols, compact))
-        stitch.session_checks(merged=True)
+        stitch.session_checks()
         report.checked["conformance"] += sum(report.stats[(s.index, log.rank)].passes for log in s.logs)
     for d in digests:
         for key, n in d.meta["counts"].items():

@@ -540,8 +540,8 @@ class CrossCols:
     def arrays(self, prefix: str) -> dict[str, np.ndarray]:
         out = {f"{prefix}number": self.number, f"{prefix}digest": self.digest, f"{prefix}reason": self.reason.astype(str),
                f"{prefix}mixed": self.mixed, f"{prefix}own": self.own, f"{prefix}fi": self.fi, f"{prefix}line": self.line}
-        if self.stamp is not None:
-            out[f"{prefix}stamp"] = self.stamp
+        if self.stamp is not None:  # as its offset from the logged pass: 0 on every pass of ranks in step, deflated to ~nothing
+            out[f"{prefix}stamp_offset"] = self.stamp - self.number
         for part in ("keys", "nexts", "befores", "readings", "groups"):
             for k, v in getattr(self, part).items():
                 out[f"{prefix}{part}:{k}"] = np.asarray(v) if np.asarray(v).dtype.kind != "U" else np.asarray(v).astype(str)
@@ -560,7 +560,7 @@ class CrossCols:
         return cls(get(f"{prefix}number"), get(f"{prefix}digest"), part("keys"), part("nexts"), part("befores"),  # type: ignore[arg-type]
                    part("readings"), get(f"{prefix}reason"), get(f"{prefix}mixed"), part("groups"), get(f"{prefix}own"),  # type: ignore[arg-type]
                    tuple(get(n) for _, n in views) if views else None, get(f"{prefix}fi"), get(f"{prefix}line"),  # type: ignore[arg-type]
-                   get(f"{prefix}stamp") if f"{prefix}stamp" in names else None)
+                   get(f"{prefix}stamp_offset") + get(f"{prefix}number") if f"{prefix}stamp_offset" in names else None)  # type: ignore[operator]
 
     def take(self, mask: np.ndarray) -> "CrossCols":
         def cut(d: dict) -> dict:
@@ -1051,16 +1051,15 @@ class Stitcher:
             self.group[g.id] = (last_run, start0)
         self.prev_number = int(num[-1])
 
-    def session_checks(self, merged: bool = False) -> None:
-        """The desync checks over the whole run: the runtime's refused collectives (from the fail lines: a node's
-        digest keeps these findings), and every rank logged (cross-rank: a node's digest leaves it to the merge)."""
+    def session_checks(self) -> None:
+        """The desync checks over the whole run: the runtime's refused collectives (from the fail lines, one finding
+        with every rank that logged one) and every rank logged; both across ranks, so a node's digest leaves them to
+        the merge (it keeps the fail records they read)."""
         from .desync import desync_errors, every_rank_logged
 
-        report = self.report
-        if not merged:
-            desync_errors(report, self.s)
         with self._cross_scope():
-            every_rank_logged(report, self.s)
+            desync_errors(self.report, self.s)
+            every_rank_logged(self.report, self.s)
 
     def finish(self) -> None:
         for r, log in enumerate(self.s.logs):

@@ -98,16 +98,18 @@ class PolicyCore:
         self._f_error, self._f_fingerprint = env.f_error, env.f_fingerprint
         # An all-reduce's row (``runtime.reduce``) is reduced, not one row per rank: it carries no pass stamp.
         self._f_stamp: Optional[int] = getattr(env, "f_stamp", None)
-        self._tag_bits: int = getattr(env, "tag_bits", 0)
         self._problems = env.checks.problems
-        # The compiled row ends with the envelope of a valid row.
-        self._step = CompiledStep(c, row_tail=env.tail, row_len=env.row_len)
+        # The compiled row ends with the envelope of a valid row, the stamp's slot 0 (each pass sets it: no append).
+        self._step = CompiledStep(c, row_tail=(*env.tail, 0) if self._f_stamp is not None else env.tail, row_len=env.row_len)
         self._shadow: Optional[DelayerMachine] = DelayerMachine(c, self._step.table) if get_bool_env_var(CROSSCHECK_ENV) else None
         self._pure = Step(c, self._step.table)
         self._state = policy.init
         self._passes = 0
-        self._pass = 1  # the pass this rank is on: 1 + the passes it ended (finalize)
-        self._stamp = env.stamp(1) if self._f_stamp is not None else 0
+        # The stamp of the pass this rank is on, 1 + the passes it ended (finalize): the pass number is its low bits
+        # (``Envelope.stamp``), so finalize adds 1, and the stamp after pass PASS_MASK's wraps to pass 0 (mod 2**40,
+        # as the rows carry it). An all-reduce's core, whose row carries no stamp, keeps the bare pass number so.
+        self._stamp = env.stamp(1) if self._f_stamp is not None else 1
+        self._stamp_wrap = self._stamp + PASS_MASK
         # Last: the header it writes records the finished configuration.
         self._log: Optional[DecisionLog] = open_decision_log(decision_log, c, gather, registry=registry)
         self.negotiate = types.MethodType(self._pass_function(), self)  # type: ignore[method-assign]
@@ -152,8 +154,8 @@ class PolicyCore:
 
     @property
     def pass_number(self) -> int:
-        """The pass this rank is on, as its rows stamp it: 1 + the passes it ended with ``finalize()``."""
-        return self._pass
+        """The pass this rank is on, as its rows stamp it: 1 + the passes it ended with ``finalize()`` (mod 2**40)."""
+        return self._stamp & PASS_MASK
 
     @property
     def decision_log(self) -> Optional[DecisionLog]:
@@ -194,8 +196,10 @@ class PolicyCore:
         Advances the pass number the rows carry, whether or not this pass negotiated:
         a pass ended without a negotiation is a skip, which the next collective shows.
         """
-        self._pass = p = self._pass + 1
-        self._stamp = self._tag_bits | (p & PASS_MASK)
+        # one int addition and a comparison (no bitwise operation on the 63-bit stamp, no second counter): the cost
+        # of the stamp at the end of a pass
+        stamp = self._stamp + 1
+        self._stamp = stamp if stamp != self._stamp_wrap else stamp - PASS_MASK - 1
         before = self._state
         after = self._step.finalize(before)
         if self._shadow is not None and after != before:  # a state without a finalize row is already finalized
@@ -298,7 +302,7 @@ def negotiate(self, {params}):
         row = self.envelope.error_row(problems, stamp)
     else:
         row = step.row(state, now, {args})
-        row.append(stamp)
+        row[{f_stamp}] = stamp
     gather_flat = self._gather_flat
     try:
         flat = gather_flat(row) if gather_flat is not None else self._gather(row)

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from desync_harness import CONTROLS, FOREIGN, KINDS, POLICIES, check_outcome, gloo_plans, make_config, random_plans, run_plans
+from desync_harness import CONTROLS, FOREIGN, KINDS, POLICIES, check_outcome, gloo_plans, inputs, make_config, random_plans, run_plans
 from prefill_delayer.runtime import CollectiveError, DesyncError, PolicyCore, run_ranks
 from prefill_delayer.runtime.envelope import FIELDS, PASS_MASK, SKIP_FLAG, TAG_SHIFT, Envelope, pass_of, row_tag
 from prefill_delayer.spec.registry import policy_named
@@ -40,6 +40,32 @@ def test_the_stamp_holds_the_pass_the_skip_flag_and_the_rows_tag(policy: str) ->
             assert bool(s & SKIP_FLAG) == skip and s >> TAG_SHIFT == env.tag
     tags = {row_tag(policy_named(name)) for name in ("sglang-delayer", "prefill-decode-interval")}
     assert len(tags) == 2 and 0 not in tags  # each policy's rows are its own; a zeroed buffer's are nobody's
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_cores_stamp_advances_at_finalize_and_wraps_with_the_pass_number(policy: str) -> None:
+    """finalize adds 1 to the stamp (the pass number is its low bits); past pass PASS_MASK it is pass 0's stamp, the
+    tag and no skip flag, as ``Envelope.stamp`` gives, and ranks wrapped alike still negotiate together."""
+    config = make_config(policy, 2)
+    env = Envelope(config)
+
+    def rank_main(rank: int, gather: Any) -> list:
+        core = PolicyCore(config, gather, clock=lambda: 0.0)
+        seen = []
+        for _ in range(3):
+            seen.append((core.pass_number, core._stamp == env.stamp(core.pass_number)))
+            core.finalize()
+        core._stamp = env.stamp(PASS_MASK)  # as after 2**40 - 1 passes
+        seen.append(core.pass_number)
+        core.finalize()
+        seen.append((core.pass_number, core._stamp == env.stamp(0)))
+        core.negotiate(*inputs(policy, random.Random(rank)))  # both ranks at pass 0 mod 2**40: one collective
+        core.finalize()
+        seen.append(core.pass_number)
+        return seen
+
+    want = [(1, True), (2, True), (3, True), PASS_MASK, (0, True), 1]
+    assert run_ranks(2, rank_main) == [want, want]
 
 
 def test_desync_error_pickles_with_its_attributes() -> None:
