@@ -202,10 +202,10 @@ WORKLOAD_COLUMNS: tuple[Column[Case], ...] = (
     Column("workload", "the suite's workload (--suite list shows its settings)", lambda c: c.spec.name, align="---"),
     Column("what", "what it sends", lambda c: c.spec.about, align="---"),
     Column("DP", "DP ranks", lambda c: str(c.config.dp_size)),
-    Column("rate", "open arrivals' requests per second, the workload's load times the cost model's capacity; closed "
-           "loop: a fixed number in flight; scenario's: the calibration scenario's own", _rate),
-    Column("capacity (cost model)", "input tok/s of every rank prefilling full chunks in step, under the cost model",
-           lambda c: _tok(c.bound.capacity_tok_s)),
+    Column("rate", "open arrivals' requests per second: the workload's load (a fraction of the capacity) over the mean "
+           "prompt; closed loop: a fixed number in flight; scenario's: the calibration scenario's own", _rate),
+    Column("capacity (cost model)", "the most input tok/s the cost model allows for the workload's lengths (aligned "
+           "full-chunk prefill, decode at its cheapest)", lambda c: _tok(c.bound.capacity_tok_s)),
     Column("offered", "input tok/s that arrives", lambda c: _tok(c.bound.offered_tok_s)),
     Column("bound limited by", "the lower of the two, the bound's input tok/s",
            lambda c: "capacity" if c.bound.capacity_tok_s <= c.bound.offered_tok_s else "arrivals", align="---"),
