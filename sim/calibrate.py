@@ -40,7 +40,10 @@ def run(argv: Sequence[str]) -> list[RunResult]:
 
 
 def section(title: str, argv: Sequence[str], results: Sequence[RunResult], decisions: bool = True) -> str:
-    parts = [f"### {title}", "", "```", "prefill-delayer simulate " + " ".join(argv), "```", "", header(results).replace("\n", "  \n"), "", table(results)]
+    """A run's header and its ``--wide`` table (every column: the document's prose reads them all)."""
+    shown = [a for a in argv if not a.startswith("  #")] + ["--wide"] + [a for a in argv if a.startswith("  #")]
+    parts = [f"### {title}", "", "```", "prefill-delayer simulate " + " ".join(shown), "```", "", header(results).replace("\n", "  \n"), "",
+             table(results, wide=True)]
     if decisions:
         parts += ["", "Decisions by gathered status / reason, share of rank-passes:", "", decisions_table(results)]
     return "\n".join(parts)

@@ -281,13 +281,13 @@ def main(args: argparse.Namespace, stdout: Optional[TextIO] = None, stderr: Opti
                 raise SimInputError(str(exc).replace(staged, s["plot"])) from None
         if s["json"] is not None:
             out.write("--json", to_json(results, s["scenario"]) + "\n")
-    stdout.write(report(results) + "\n")
+    stdout.write(report(results, s["wide"]) + "\n")
     return 0
 
 
 def plot_title(s: dict[str, Any], given: set[str]) -> str:
     """The scenario and the options that changed it, e.g. ``SGLang #35241 (--drift 3,3,0,2)``."""
-    quiet = {"plot", "json", "progress", "profile", "tracker", "gather", "scheduler"}
+    quiet = {"plot", "json", "wide", "progress", "profile", "tracker", "gather", "scheduler"}
     changed = " ".join(
         " ".join(f"--set {name}={value}" for name, value in s[k]) if k == "set"
         else f"{_flag(k)}" + ("" if s[k] is True else f" {s[k]}")

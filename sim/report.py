@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict
-from typing import Any, Optional, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Generic, Iterable, Optional, Sequence, TypeVar
 
-from .result import RunResult
+from .result import RunResult, Summary
 
 
 def _secs(x: Optional[float]) -> str:
@@ -65,22 +65,88 @@ def header(results: Sequence[RunResult]) -> str:
     return "\n".join(lines)
 
 
-def table(results: Sequence[RunResult]) -> str:
-    """One row per profile: throughput, TTFT, running, the split and mixed passes, vetoes, delay runs."""
-    rows = [
-        "| profile | max_prefill_bs tracker | passes | input tok/s | output tok/s | TTFT p50 | TTFT p99 | unserved at end (oldest wait) | running/rank mean (p5-p95) | queue/rank | token usage | prefill/idle split passes | mixed passes | admissions vetoed | delay runs: n, mean, max |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in results:
-        s = r.summary()
-        unserved = f"{s.unserved} ({_secs(s.unserved_oldest_s)})" if s.unserved else "0"
-        rows.append(
-            f"| {r.variant.label} | {r.variant.tracker} | {s.passes} | {_tok(s.input_tok_s)} | {_tok(s.output_tok_s)} | {_secs(s.ttft_p50_s)} | {_secs(s.ttft_p99_s)} | {unserved} "
-            f"| {s.running_per_rank:.1f} ({s.running_p5}-{s.running_p95}) | {s.queue_per_rank:.1f} | {s.token_usage:.2f} "
-            f"| {_pct(s.split_share)} | {_pct(s.mixed_share)} | {_pct(s.veto_share)} "
-            f"| {s.delay_runs}, {s.delay_run_mean:.1f}, {s.delay_run_max} |"
-        )
-    return "\n".join(rows)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Column(Generic[T]):
+    """One column of a table: its heading, a one-line meaning (the legend's), and how a row's cell is written.
+    ``compact``: the column is in the default table; every column is in ``--wide``'s."""
+
+    heading: str
+    meaning: str
+    cell: Callable[[T], str]
+    compact: bool = True
+    align: str = "---:"  # the Markdown alignment cell: numbers right, names left
+
+
+def markdown(columns: Sequence[Column[T]], rows: Iterable[T]) -> str:
+    """A Markdown table of ``rows``, one cell per column."""
+    def line(cells: Iterable[str]) -> str:
+        return "|" + "|".join(f" {x} " if x else " " for x in cells) + "|"
+
+    body = [line(c.cell(row) for c in columns) for row in rows]
+    return "\n".join([line(c.heading for c in columns), "|" + "|".join(c.align for c in columns) + "|", *body])
+
+
+def legend(columns: Sequence[Column[Any]]) -> str:
+    """One line per heading: what it means (a heading that repeats, with the same meaning, is said once)."""
+    meanings = dict.fromkeys((c.heading, c.meaning) for c in columns)
+    headings = [h for h, _ in meanings]
+    if len(set(headings)) != len(headings):
+        raise ValueError(f"one heading, two meanings: {sorted(h for h in headings if headings.count(h) > 1)}")
+    return "\n".join(f"- {h}: {m}" for h, m in meanings)
+
+
+def _unserved(s: Summary) -> str:
+    return f"{s.unserved} ({_secs(s.unserved_oldest_s)})" if s.unserved else "0"
+
+
+# The comparison table's columns, in order: the default table shows the compact ones, --wide all of them.
+COLUMNS: tuple[Column[RunResult], ...] = (
+    Column("profile", "the policy profile simulated, +TRACKER and +health-DISPATCH where an option overrides its release's own",
+           lambda r: r.variant.label, align="---"),
+    Column("max_prefill_bs tracker", "how max_prefill_bs is tracked: lifetime high-watermark, decayed per pass, or a "
+           "window of recent batches", lambda r: r.variant.tracker, compact=False, align="---"),
+    Column("passes", "scheduler passes in the measured window (every profile covers the same simulated time)",
+           lambda r: str(r.summary().passes), compact=False),
+    Column("input tok/s", "prompt tokens prefilled per simulated second, all ranks, over the measured window "
+           "(after --warmup)", lambda r: _tok(r.summary().input_tok_s)),
+    Column("output tok/s", "tokens decoded per simulated second, all ranks", lambda r: _tok(r.summary().output_tok_s),
+           compact=False),
+    Column("TTFT p50", "median time to first token of the window's requests that got one",
+           lambda r: _secs(r.summary().ttft_p50_s)),
+    Column("TTFT p99", "99th percentile of the same", lambda r: _secs(r.summary().ttft_p99_s)),
+    Column("unserved at end (oldest wait)", "the window's requests still without a first token at the end (not in "
+           "the TTFTs), and the longest wait among them", lambda r: _unserved(r.summary())),
+    Column("running/rank mean (p5-p95)", "running requests per rank: time-weighted mean (5th-95th percentile over "
+           "rank-passes)", lambda r: f"{r.summary().running_per_rank:.1f} ({r.summary().running_p5}-{r.summary().running_p95})",
+           compact=False),
+    Column("queue/rank", "waiting requests per rank, time-weighted mean", lambda r: f"{r.summary().queue_per_rank:.1f}",
+           compact=False),
+    Column("token usage", "KV cache token usage, time-weighted mean (0-1)", lambda r: f"{r.summary().token_usage:.2f}",
+           compact=False),
+    Column("prefill/idle split passes", "share of passes where some ranks prefill while others do not",
+           lambda r: _pct(r.summary().split_share), compact=False),
+    Column("mixed passes", "share of passes whose gathered status is mixed (some ranks could prefill, others not)",
+           lambda r: _pct(r.summary().mixed_share)),
+    Column("admissions vetoed", "of the negotiations of a rank that wanted to admit a new request, the share answered "
+           "delay", lambda r: _pct(r.summary().veto_share), compact=False),
+    Column("delay runs: n, mean, max", "every rank's runs of consecutive delay verdicts: how many, their mean and "
+           "longest length in passes",
+           lambda r: f"{r.summary().delay_runs}, {r.summary().delay_run_mean:.1f}, {r.summary().delay_run_max}", compact=False),
+)
+
+
+def columns(wide: bool = False) -> tuple[Column[RunResult], ...]:
+    """The comparison table's columns: the compact ones, or with ``wide`` every one."""
+    return COLUMNS if wide else tuple(c for c in COLUMNS if c.compact)
+
+
+def table(results: Sequence[RunResult], wide: bool = False) -> str:
+    """One row per profile: throughput, TTFT, unserved requests and mixed passes; ``wide`` adds running, queue,
+    token usage, the split passes, vetoes and delay runs."""
+    return markdown(columns(wide), results)
 
 
 def decisions_table(results: Sequence[RunResult], min_share: float = 0.0005) -> str:
@@ -97,8 +163,12 @@ def decisions_table(results: Sequence[RunResult], min_share: float = 0.0005) -> 
     return "\n".join(rows)
 
 
-def report(results: Sequence[RunResult]) -> str:
-    return "\n\n".join([header(results), table(results), "Decisions by status/reason (share of rank-passes):", decisions_table(results)])
+def report(results: Sequence[RunResult], wide: bool = False) -> str:
+    """The header, the comparison table and its legend, then the decisions by reason."""
+    shown = columns(wide)
+    more = "" if wide else f" (--wide shows all {len(COLUMNS)})"
+    return "\n\n".join([header(results), table(results, wide), f"Columns{more}:\n" + legend(shown),
+                        "Decisions by status/reason (share of rank-passes; -: no reason, the none branch):", decisions_table(results)])
 
 
 def _clean(x: Any) -> Any:

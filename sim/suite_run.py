@@ -26,6 +26,7 @@ from .config import OFF, SimConfig, Variant
 from .engine import check_fits, run_variant
 from .errors import SimInputError
 from .options import PROGRESS_AUTO, settings
+from .report import Column, legend, markdown
 from .result import RunResult
 from .suite import LIST, SUITES, Stream, SuiteWorkload, listing
 from .workload import Bursty, Lengths, Mix, Poisson, Workload
@@ -184,30 +185,58 @@ def _pct(x: Optional[float]) -> str:
     return "-" if x is None else f"{100 * x:.0f}%"
 
 
+Line = tuple[Case, Optional[Row]]  # a row of the results table: the workload's bound (no Row), or one policy's run
+_OF_BOUND = ("the figure to its left as a fraction of the bound's: input tok/s over the bound's, the bound's TTFT over "
+             "the policy's (100% is the limit)")
+
+
+def _of_bound(k: int) -> Column[Line]:
+    return Column("of bound", _OF_BOUND, lambda x: "" if x[1] is None else _pct(x[1].fractions()[k]))
+
+
+def _rate(c: Case) -> str:
+    return f"{c.rate:.2f} req/s" if c.rate is not None else "closed loop" if c.bound.closed_loop else "scenario's"
+
+
+WORKLOAD_COLUMNS: tuple[Column[Case], ...] = (
+    Column("workload", "the suite's workload (--suite list shows its settings)", lambda c: c.spec.name, align="---"),
+    Column("what", "what it sends", lambda c: c.spec.about, align="---"),
+    Column("DP", "DP ranks", lambda c: str(c.config.dp_size)),
+    Column("rate", "open arrivals' requests per second: the workload's load (a fraction of the capacity) over the mean "
+           "prompt; closed loop: a fixed number in flight; scenario's: the calibration scenario's own", _rate),
+    Column("capacity (cost model)", "the most input tok/s the cost model allows for the workload's lengths (aligned "
+           "full-chunk prefill, decode at its cheapest)", lambda c: _tok(c.bound.capacity_tok_s)),
+    Column("offered", "input tok/s that arrives", lambda c: _tok(c.bound.offered_tok_s)),
+    Column("bound limited by", "the lower of the two, the bound's input tok/s",
+           lambda c: "capacity" if c.bound.capacity_tok_s <= c.bound.offered_tok_s else "arrivals", align="---"),
+)
+RESULT_COLUMNS: tuple[Column[Line], ...] = (
+    Column("workload", WORKLOAD_COLUMNS[0].meaning, lambda x: x[0].spec.name, align="---"),
+    Column("policy", "the profile run (off: no delayer); **bound**: the workload's limit, no policy reaches past it",
+           lambda x: "**bound**" if x[1] is None else x[1].policy, align="---"),
+    Column("input tok/s", "prompt tokens prefilled per simulated second over the measured window",
+           lambda x: _tok(x[0].bound.input_tok_s if x[1] is None else x[1].input_tok_s)),
+    _of_bound(0),
+    Column("TTFT p50", "median time to first token of the window's requests, one still waiting at the end counted at "
+           "its wait so far", lambda x: _s(x[0].bound.ttft(0.5) if x[1] is None else x[1].ttft_p50_s)),
+    _of_bound(1),
+    Column("TTFT p99", "99th percentile of the same", lambda x: _s(x[0].bound.ttft(0.99) if x[1] is None else x[1].ttft_p99_s)),
+    _of_bound(2),
+)
+
+
 def table(cases: Sequence[Case], rows: Sequence[Row]) -> str:
     """Every policy x workload: the bound's row first, then each policy's, absolute and as a fraction of the bound."""
-    out = ["| workload | policy | input tok/s | of bound | TTFT p50 | of bound | TTFT p99 | of bound |",
-           "|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines: list[Line] = []
     for case in cases:
-        b = case.bound
-        out.append(f"| {case.spec.name} | **bound** | {_tok(b.input_tok_s)} | | {_s(b.ttft(0.5))} | | {_s(b.ttft(0.99))} | |")
-        for row in rows:
-            if row.workload == case.spec.name:
-                f_in, f50, f99 = row.fractions()
-                out.append(f"| {row.workload} | {row.policy} | {_tok(row.input_tok_s)} | {_pct(f_in)} | {_s(row.ttft_p50_s)} "
-                           f"| {_pct(f50)} | {_s(row.ttft_p99_s)} | {_pct(f99)} |")
-    return "\n".join(out)
+        lines.append((case, None))
+        lines += [(case, row) for row in rows if row.workload == case.spec.name]
+    return markdown(RESULT_COLUMNS, lines)
 
 
 def workloads_table(cases: Sequence[Case]) -> str:
     """What each workload is, its rate (derived from the cost model) and what bounds its input throughput."""
-    out = ["| workload | what | DP | rate | capacity (cost model) | offered | bound limited by |", "|---|---|---:|---:|---:|---:|---|"]
-    for c in cases:
-        b = c.bound
-        rate = f"{c.rate:.2f} req/s" if c.rate is not None else "closed loop" if b.closed_loop else "scenario's"
-        limit = "capacity" if b.capacity_tok_s <= b.offered_tok_s else "arrivals"
-        out.append(f"| {c.spec.name} | {c.spec.about} | {c.config.dp_size} | {rate} | {_tok(b.capacity_tok_s)} | {_tok(b.offered_tok_s)} | {limit} |")
-    return "\n".join(out)
+    return markdown(WORKLOAD_COLUMNS, cases)
 
 
 def to_json(name: str, cases: Sequence[Case], rows: Sequence[Row], wall_s: float) -> str:
@@ -294,7 +323,8 @@ def run_suite(name: str, profiles: Sequence[str], s: dict[str, Any], given: set[
 def report(name: str, cases: Sequence[Case], rows: Sequence[Row]) -> str:
     """The workloads and their bounds, then every policy x workload."""
     policies = len(dict.fromkeys(r.policy for r in rows))
-    return f"Suite {name}: {len(cases)} workloads x {policies} policies\n\n{workloads_table(cases)}\n\n{table(cases, rows)}"
+    return (f"Suite {name}: {len(cases)} workloads x {policies} policies\n\n{workloads_table(cases)}\n\n{table(cases, rows)}"
+            f"\n\nColumns:\n{legend((*WORKLOAD_COLUMNS, *RESULT_COLUMNS))}")
 
 
 def main(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:

@@ -19,7 +19,7 @@ SMALL = ["simulate", "--dp-size", "2", "--passes", "120", "--max-running-request
 
 
 def test_prints_a_table_per_profile_and_the_decisions(capsys):
-    assert cli([*SMALL, "--profile", "seed", "--profile", "sglang-0.5.20", "--profile", "off"]) == 0
+    assert cli([*SMALL, "--profile", "seed", "--profile", "sglang-0.5.20", "--profile", "off", "--wide"]) == 0
     out, err = capsys.readouterr()
     assert err == ""  # no progress bar: stderr is not a terminal
     assert "| profile | max_prefill_bs tracker | passes | input tok/s" in out
@@ -30,6 +30,37 @@ def test_prints_a_table_per_profile_and_the_decisions(capsys):
               and line.split("|")[3].strip().isdigit()]
     assert len(passes) == 3 and max(passes) == 120, passes
     assert "Decisions by status/reason" in out and "Cost: pass_s = max(" in out
+
+
+COMPACT = ("profile", "input tok/s", "TTFT p50", "TTFT p99", "unserved at end (oldest wait)", "mixed passes")
+WIDE = ("profile", "max_prefill_bs tracker", "passes", "input tok/s", "output tok/s", "TTFT p50", "TTFT p99",
+        "unserved at end (oldest wait)", "running/rank mean (p5-p95)", "queue/rank", "token usage", "prefill/idle split passes",
+        "mixed passes", "admissions vetoed", "delay runs: n, mean, max")
+
+
+def _explains(out: str, headings: tuple[str, ...]) -> bool:
+    """The legend after the table (after ``Columns``) has one line ``- HEADING: meaning`` per heading, in order."""
+    lines = out.split("\nColumns", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+    return len(lines) == len(headings) and all(line.startswith(f"- {h}: ") and len(line) > len(h) + 12 for line, h in zip(lines, headings))
+
+
+def test_the_default_table_is_compact_with_a_legend_and_wide_has_every_column(tmp_path, capsys):
+    """The default table: the columns policies are compared by, each explained in one line; --wide: every column,
+    and the JSON is the same document either way (every figure is in it)."""
+    argv = [*SMALL, "--profile", "seed", "--profile", "off"]
+    assert cli([*argv, "--json", str(tmp_path / "compact.json")]) == 0
+    out = capsys.readouterr().out
+    assert "| " + " | ".join(COMPACT) + " |\n|---|" + "---:|" * (len(COMPACT) - 1) + "\n| seed | " in out
+    assert _explains(out, COMPACT), out
+    assert "--wide shows all 15" in out
+    assert not any(h in out for h in ("tracker", "output tok/s", "running/rank", "queue/rank", "token usage", "vetoed", "delay runs")), out
+    assert cli([*argv, "--wide", "--json", str(tmp_path / "wide.json")]) == 0
+    out = capsys.readouterr().out
+    assert "| " + " | ".join(WIDE) + " |\n|---|---|" + "---:|" * (len(WIDE) - 2) + "\n| seed | lifetime | " in out
+    assert _explains(out, WIDE), out
+    assert (tmp_path / "compact.json").read_text() == (tmp_path / "wide.json").read_text()
+    assert set(json.loads((tmp_path / "wide.json").read_text())["results"][0]["summary"]) >= {
+        "passes", "output_tok_s", "running_per_rank", "queue_per_rank", "token_usage", "split_share", "veto_share", "delay_runs"}
 
 
 def test_json_report(tmp_path, capsys):
@@ -58,7 +89,8 @@ def test_progress_bar_only_when_asked(capsys):
 
 
 def test_a_scenario_with_overrides(capsys):
-    assert cli(["simulate", "--scenario", "35241", "--duration", "60", "--warmup", "10", "--profile", "seed", "--drift", "0,1,0,1,0,1,0,1"]) == 0
+    assert cli(["simulate", "--scenario", "35241", "--duration", "60", "--warmup", "10", "--profile", "seed", "--drift", "0,1,0,1,0,1,0,1",
+                "--wide"]) == 0
     out = capsys.readouterr().out
     assert "Engine: DP=8" in out and "drift 0,1,0,1,0,1,0,1 chunks" in out and "| seed | lifetime |" in out
 

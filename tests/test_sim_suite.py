@@ -140,6 +140,16 @@ def test_the_cli_runs_a_tiny_suite_with_json_and_plot(tmp_path, capsys):
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_suite_tables_are_explained_once_per_heading(capsys):
+    assert cli(["simulate", "--suite", "calibration", "--duration", "20", "--profile", "off"]) == 0
+    out = capsys.readouterr().out
+    headings = [h.strip() for table in out.split("\n\n")[1:3] for h in table.splitlines()[0].strip("|").split("|")]
+    assert headings.count("of bound") == 3 and "bound limited by" in headings
+    legend = out.split("\nColumns:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert [line.split(": ", 1)[0] for line in legend] == ["- " + h for h in dict.fromkeys(headings)], legend
+    assert all(len(line.split(": ", 1)[1]) > 5 for line in legend)
+
+
 def test_suite_list(capsys):
     assert cli(["simulate", "--suite", "list"]) == 0
     out = capsys.readouterr().out
@@ -152,6 +162,7 @@ def test_suite_list(capsys):
     (["--suite", "default", "--scenario", "35241"], "--scenario does not apply with --suite"),
     (["--suite", "default", "--profile", "nope"], "unknown profile 'nope'"),
     (["--suite", "default", "--duration", "-1"], "--duration must be simulated seconds > 0"),
+    (["--suite", "default", "--wide"], "--wide does not apply with --suite"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
     assert cli(["simulate", *argv]) == 2
