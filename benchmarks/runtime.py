@@ -129,6 +129,7 @@ def _worker(rank: int, world: int, port: int, passes: int, rounds: int, with_see
                 times[name].append(_time_block(fn, passes, k))
             k += passes
         queue.put((rank, times))
+        dist.barrier()  # no rank tears its group down while a peer is still in the last collective
     finally:
         dist.destroy_process_group()
 

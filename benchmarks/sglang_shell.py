@@ -132,6 +132,7 @@ def _worker(rank: int, world: int, port: int, passes: int, rounds: int, queue: A
             dist.barrier()
             reads[name] = count_host_reads(runners[name], 40, k)  # 40 passes: ten of each kind
         queue.put((rank, (times, reads)))
+        dist.barrier()  # no rank tears its group down while a peer is still in the last collective
     finally:
         dist.destroy_process_group()
 
