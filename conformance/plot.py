@@ -30,6 +30,25 @@ def categories(report: Report) -> tuple[list[tuple[str, str]], dict[str, int]]:
     return cats, {r: i + 2 for i, r in enumerate(allowing)}
 
 
+def timeline_grid(report: Report, session: int, ranks: int, index: dict[str, int]) -> tuple[int, int, Any]:
+    """(first pass, last pass, grid): one row per rank of the run, one int8 cell per pass, 0 where the rank
+    logged no such pass, 1 where its decision held prefill, else its allowing reason's category (``index``).
+    Read from the timelines check-log streams for ``--plot`` (``Report.timelines``: one byte per pass and
+    rank, ``stream.Stitcher._timeline``), never from records held in memory: the run is not held."""
+    import numpy as np
+
+    names, per_rank = report.timelines.get(session) or ([], [[] for _ in range(ranks)])
+    spans = [(first, first + len(cells) - 1) for chunks in per_rank for first, cells in chunks]
+    lo, hi = (min(a for a, _ in spans), max(b for _, b in spans)) if spans else (1, 1)
+    lut = np.array([0, 1] + [index[name] for name in names], dtype=np.int8)  # stream's cell -> category
+    grid = np.zeros((ranks, hi - lo + 1), dtype=np.int8)
+    for row, chunks in enumerate(per_rank):
+        for first, cells in chunks:
+            logged = np.flatnonzero(cells)
+            grid[row, first - lo + logged] = lut[cells[logged]]
+    return lo, hi, grid
+
+
 def matplotlib_problem() -> str | None:
     """Why ``--plot`` cannot work here, or ``None``."""
     try:
@@ -42,7 +61,6 @@ def matplotlib_problem() -> str | None:
 
 def plot(report: Report, path: str | Path) -> None:
     """Draw the timeline of every run (up to four) and the delay-run histogram into ``path``."""
-    import numpy as np
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.colors import ListedColormap
     from matplotlib.figure import Figure
@@ -56,13 +74,7 @@ def plot(report: Report, path: str | Path) -> None:
     cats, index = categories(report)
     cmap = ListedColormap([color for _, color in cats])
     for ax, s in zip(axes, sessions):
-        numbers = [r.number for log in s.logs for r in log.passes]
-        lo, hi = (min(numbers), max(numbers)) if numbers else (1, 1)
-        grid = np.zeros((len(s.logs), hi - lo + 1), dtype=np.int8)
-        for row, log in enumerate(s.logs):
-            for r in log.passes:
-                d = r.decision
-                grid[row, r.number - lo] = 1 if not d.output_allow else index[d.output_reason]
+        lo, hi, grid = timeline_grid(report, s.index, len(s.logs), index)
         ax.imshow(grid, aspect="auto", interpolation="nearest", cmap=cmap, vmin=0, vmax=len(cats) - 1,
                   extent=(lo - 0.5, hi + 0.5, len(s.logs) - 0.5, -0.5))
         ax.set_yticks(range(len(s.logs)), [f"rank {log.rank}" for log in s.logs])

@@ -781,7 +781,9 @@ class Stitcher:
         self.stats = report.session_stats[s.index] = {"passes": 0, "compared": 0, "mixed": 0, "mixed_resolved": Counter(),
                                                       "disagreements": 0}
         self.plot = plot
-        self.timeline: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in s.logs]
+        # --plot: per rank, (first pass, one int8 per pass from it: 0 not logged, 1 held, 2 + i allowed by reason i)
+        self.timeline: list[list[tuple[int, np.ndarray]]] = [[] for _ in s.logs]
+        self.timeline_reasons: list[str] = []  # the i of those cells
         self.refired = 0
         self.drift = [0] * len(s.logs)  # each rank's stamp drift from its peers, carried across chunks
 
@@ -846,13 +848,27 @@ class Stitcher:
         mixed = ro.counts.get("mixed", np.zeros(n, bool))
         st.mixed += int(mixed.sum())
         if self.plot:
-            self.timeline[r].append((num.astype(np.int64), ro.allow.copy(), ro.reason.copy()))
+            self._timeline(r, num, ro.allow, ro.reason)
         # -- the run bounds
         for mon in model.runs:
             self._run_bound(r, mon, ro, starts, cont, where)
         # -- the hold runs: delay-run histogram, cut runs, waits, the run report
         self._holds(r, ro, starts, cont, mixed, where, st)
         rs.last, rs.last_after = int(num[-1]), ro.last_after
+
+    def _timeline(self, r: int, num: np.ndarray, allow: np.ndarray, reason: np.ndarray) -> None:
+        """The chunk's cells of rank ``r``'s timeline: one byte per pass (``self.timeline``)."""
+        first = int(num.min())
+        codes = np.ones(len(num), dtype=np.int8)
+        allowed = np.asarray(allow, dtype=bool)
+        if allowed.any():
+            names, which = np.unique(np.asarray(reason)[allowed], return_inverse=True)
+            known = self.timeline_reasons
+            known.extend(str(name) for name in names if str(name) not in known)
+            codes[allowed] = np.array([2 + known.index(str(name)) for name in names], dtype=np.int8)[which]
+        cells = np.zeros(int(num.max()) - first + 1, dtype=np.int8)
+        cells[num - first] = codes
+        self.timeline[r].append((first, cells))
 
     def _run_bound(self, r: int, mon: Any, ro: RankOut, starts: np.ndarray, cont: bool, where: Callable[[int], str]) -> None:
         state = self.ranks[r].runs.setdefault(mon.id, _RunState())
@@ -1125,7 +1141,7 @@ def check_stream(paths: list[str], *, own_profile: bool = False, exact: bool = F
         stitch.session_checks()
         report.refired += stitch.refired
         report.window = window  # type: ignore[attr-defined]
-        timelines[s.index] = stitch.timeline
+        timelines[s.index] = (stitch.timeline_reasons, stitch.timeline)
     report.findings.sort(key=lambda f: (f.session, f.pass_number, f.category, f.property))
     divergence_is_no_known_defect(report)
     return report, empty, timelines

@@ -174,6 +174,33 @@ def test_plot_writes_a_png(clean_logs: Path, tmp_path: Path) -> None:
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
 
 
+@pytest.mark.parametrize("log_format", [1, 2])
+def test_the_plot_s_timeline_holds_every_logged_decision(log_format: int, tmp_path: Path) -> None:
+    """Each rank's row of the timeline has one cell per logged pass: held where the summary counts a holding
+    reason, each allowing reason's colour as often as the summary counts it, blank only where nothing was logged.
+    (The streaming check-log holds no records: a timeline read from them was blank.)"""
+    from collections import Counter
+
+    from prefill_delayer.conformance import check_logs
+    from prefill_delayer.conformance.plot import categories, timeline_grid
+
+    write_inprocess_logs(tmp_path, world=4, passes=80, profile="hardened", log_options={"format": log_format})
+    report, _, _ = check_logs([str(tmp_path)], plot=True)
+    _, index = categories(report)
+    (s,) = report.sessions
+    lo, hi, grid = timeline_grid(report, s.index, len(s.logs), index)
+    assert (lo, hi) == (1, 80)
+    for row, log in enumerate(s.logs):
+        st = report.stats[(s.index, log.rank)]
+        cells = Counter(grid[row].tolist())
+        assert st.passes == 80 and cells[0] == 0
+        held = sum(n for reason, n in st.reasons.items() if reason not in index)
+        assert cells[1] == held > 0
+        for reason, code in index.items():
+            assert cells[code] == st.reasons[reason], reason
+        assert sum(cells.values()) == 80
+
+
 def test_plot_without_matplotlib_is_a_clear_error(clean_logs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     rc, out, err = check_log(str(clean_logs), "--plot", str(tmp_path / "x.png"))
