@@ -24,7 +24,7 @@ from ..spec.monitors import GroupRunBound, PassRule, RunBound, RunReport
 from ..spec.ops import PY
 from ..spec.schema import pass_columns
 from ..spec.table import NEGOTIATE
-from .arrayops import AO, broadcast, same
+from .arrayops import AO, _arr, _none_nan, broadcast, same
 
 _DTYPE = {BOOL: np.bool_, COUNT: np.int64, USAGE: np.float64, SECONDS: np.float64, OPT_SECONDS: np.float64}
 MAX_EXACT = 2.0**53  # integers a float64 holds exactly
@@ -142,13 +142,21 @@ class Model:
             holds = broadcast(AO.And(*terms), n, np.bool_)
             fired = np.where(holds & (fired < 0), ti, fired)
         decided = {ti: self.policy.decide(AO, c, self.rows[ti], view, local) for ti in np.unique(fired) if ti >= 0}
-        conds = [fired == ti for ti in decided]
+        # which decided row each pass took, len(decided) for none (fired -1 reads the table's last slot)
+        slot = np.full(len(self.rows) + 1, len(decided), dtype=np.int64)
+        slot[list(decided)] = np.arange(len(decided))
+        which = slot[fired]
+        passes = np.arange(n)
 
         def pick(get: Any, kind: str, name: str) -> np.ndarray:
+            """Each pass's value from the row it took: a gather from the rows' constants, or from their columns."""
             dtype = self._dtype(kind, name)
-            choices = [broadcast(get(d), n, dtype) for d in decided.values()]
-            default = np.full(n, "" if dtype.kind == "U" else 0, dtype=dtype)
-            return np.select(conds, choices, default) if choices else default
+            values = [get(d) for d in decided.values()]
+            default = "" if dtype.kind == "U" else 0
+            if not any(_arr(v) for v in values):
+                return np.array([_none_nan(v) for v in values] + [default], dtype=dtype)[which]
+            stacked = np.stack([broadcast(v, n, dtype) for v in values] + [np.full(n, default, dtype=dtype)])
+            return stacked[which, passes]
 
         after = self.state([pick(lambda d, i=i: d.next_state[i], k, nm) for i, (nm, k) in enumerate(self.state_kinds)])
         outs = [pick(lambda d, i=i: d[i + 1], k, nm) for i, (nm, k) in enumerate(self.decision_kinds)]

@@ -40,7 +40,7 @@ from .checks import (
     CONFORMANCE, INVARIANT, Finding, LogStats, PassChecker, Report, Session, _apply_sets, _compare, _known,
     _state_differs, build_sessions, divergence_is_no_known_defect,
 )
-from .chunks import FileInfo, Segment, offset_of, parse_v1, parse_v2, read_segments, scan_file
+from .chunks import FileInfo, Segment, count_byte, offset_of, parse_v1, parse_v2, read_segments, scan_file
 from .arrayops import broadcast
 from .columns import Model, RankCols, run_lengths
 from .desync import drift_finding
@@ -49,6 +49,7 @@ from .logread import LogError, PassRec, RankLog, expand
 CHUNK_RECORDS = 96 * 1024  # records per chunk (all ranks): about 100 MB at most in a worker while it parses
 DEFAULT_SAMPLE = 0.005  # share of passes the default path re-fires through the machine besides those it flags
 MIN_SAMPLE = 2  # passes re-fired per rank and chunk at the least
+POOL_BYTES = 100  # bytes of a pass record at the least (format 2, 2 ranks): a log this many times 4 chunks gets a pool
 
 
 # ----- the plan ------------------------------------------------------------------------------
@@ -161,7 +162,7 @@ def _line_counter() -> Callable[[str, int], int]:
                 block = f.read(min(left, 1 << 24))
                 if not block:
                     break
-                lines += block.count(b"\n")
+                lines += count_byte(block, b"\n")
                 left -= len(block)
         state[path] = (offset, lines)
         return lines
@@ -169,15 +170,21 @@ def _line_counter() -> Callable[[str, int], int]:
     return line_at
 
 
-def plan(s: Session, exact: bool, sample: float, cross: bool = False, chunk_records: int = CHUNK_RECORDS) -> Iterator[ChunkTask]:
-    """The chunks of session ``s``, in pass order."""
+def plan(s: Session, exact: bool, sample: float, cross: bool = False,
+         chunk_records: Optional[int] = None, jobs: int = 1) -> Iterator[ChunkTask]:
+    """The chunks of session ``s``, in pass order: as many as ``jobs`` divides, none larger than ``chunk_records``
+    (so that no worker idles through the last chunk while another checks it)."""
     firsts = [i.first for log in s.logs for i in infos_of(log) if i.first is not None]
     lasts = [i.last for log in s.logs for i in infos_of(log) if i.last is not None]
     if not firsts:
         lo, hi = 1, 2
     else:
         lo, hi = min(firsts), max(lasts) + 1
-    step = max(64, chunk_records // max(1, len(s.logs)))
+    step = max(64, (chunk_records or CHUNK_RECORDS) // max(1, len(s.logs)))
+    chunks = -(-(hi - lo) // step)
+    if jobs > 1 and chunks > 1:
+        chunks = -(-chunks // jobs) * jobs
+        step = max(64, -(-(hi - lo) // chunks))
     bounds = list(range(lo, hi, step)) + [hi]
     line_at = _line_counter()
     where = [_positions(log, bounds) for log in s.logs]
@@ -353,10 +360,6 @@ def py_decision(dec: Any, i: int) -> Any:
     return type(dec)(py_state(dec.next_state, i), *(_py(c[i]) for c in dec[1:]))
 
 
-def py_view(model: Model, view: Any, i: int, n: int) -> Any:
-    return model.policy.view_cls(*(_py(v[i]) if isinstance(v, np.ndarray) else v for v in view))
-
-
 def record(cols: RankCols, i: int, rows: Optional[list] = None) -> PassRec:
     if cols.recs is not None:
         return cols.recs[i]  # type: ignore[no-any-return]
@@ -364,6 +367,37 @@ def record(cols: RankCols, i: int, rows: Optional[list] = None) -> PassRec:
     flat = rows if rows is not None else (cols.rows[i].tolist() if cols.rows is not None else None)
     return PassRec(int(cols.number[i]), float(cols.now[i]), readings, flat, py_state(cols.before, i),
                    py_decision(cols.decision, i), 0.0, int(cols.fi[i]), int(cols.line[i]))
+
+
+def _values(col: np.ndarray, idx: np.ndarray) -> list:
+    """``[_py(col[i]) for i in idx]`` in one conversion (the machine's sample reads a few dozen passes a chunk)."""
+    vals = col[idx].tolist()
+    if col.dtype.kind == "f":
+        return [None if v != v else v for v in vals]
+    return vals  # type: ignore[no-any-return]
+
+
+def records(cols: RankCols, idx: np.ndarray) -> list[PassRec]:
+    """``[record(cols, i) for i in idx]``, each column converted once for all of them."""
+    if cols.recs is not None:
+        return [cols.recs[i] for i in idx.tolist()]
+    state_t, dec_t, next_t = type(cols.before), type(cols.decision), type(cols.decision.next_state)
+    readings = {k: _values(v, idx) for k, v in cols.readings.items()}
+    before = [_values(c, idx) for c in cols.before]
+    nxt = [_values(c, idx) for c in cols.decision.next_state]
+    outs = [_values(c, idx) for c in cols.decision[1:]]
+    number, now, fi, line = (cols.number[idx].tolist(), cols.now[idx].tolist(), cols.fi[idx].tolist(),
+                             cols.line[idx].tolist())
+    rows = cols.rows[idx].tolist() if cols.rows is not None else [None] * len(idx)
+    return [PassRec(number[j], now[j], {k: v[j] for k, v in readings.items()}, rows[j], state_t(*(c[j] for c in before)),
+                    dec_t(next_t(*(c[j] for c in nxt)), *(c[j] for c in outs)), 0.0, fi[j], line[j])
+            for j in range(len(idx))]
+
+
+def py_views(model: Model, view: Any, idx: np.ndarray) -> list:
+    """The policy's view of each pass in ``idx`` as Python values (a constant column stays the constant)."""
+    cols = [_values(v, idx) if isinstance(v, np.ndarray) else None for v in view]
+    return [model.policy.view_cls(*(c[j] if c is not None else v for c, v in zip(cols, view))) for j in range(len(idx))]
 
 
 def _order_problem(log: RankLog, cols: RankCols) -> Optional[str]:
@@ -447,12 +481,14 @@ def _check_rank(out: RankOut, s: Session, log: RankLog, cols: RankCols, view: An
     else:
         chosen = flagged | (rng.random(n) < task.sample)
         chosen[rng.choice(n, size=min(n, MIN_SAMPLE), replace=False)] = True
-    own_rows = cols.own
-    for i in np.flatnonzero(chosen):
-        rec = record(cols, int(i))
-        v = view if cols.view is None else None
-        pv = checker.view(rec) if v is not None else py_view(model, cols.view, int(i), n)
-        found = checker.check(rec, pv, None if cols.rows is not None else own_rows[:, i].tolist())
+    picked = np.flatnonzero(chosen)
+    recs = records(cols, picked)
+    views = py_views(model, cols.view, picked) if cols.view is not None else None
+    owns = cols.own[:, picked].T.tolist() if cols.rows is None else None
+    for j, i in enumerate(picked.tolist()):
+        rec = recs[j]
+        pv = checker.view(rec) if views is None else views[j]
+        found = checker.check(rec, pv, None if owns is None else owns[j])
         findings += found
         if bool(found) != bool(flagged[i]):
             what = ", ".join(sorted({f.property for f in found})) or "nothing"
@@ -502,9 +538,8 @@ def _continuity_inside(checker: PassChecker, model: Model, step: Any, cols: Rank
     for x in sets:
         by_pass.setdefault(x.after_pass, []).append((x.name, x.value))
     check = bad & consecutive
-    for j in np.flatnonzero(consecutive):
-        if int(cols.number[j]) in by_pass:
-            check[j] = True
+    if by_pass:  # a pass followed by a setting change is re-fired whatever its columns say
+        check |= consecutive & np.isin(cols.number[:-1], np.fromiter(by_pass, np.int64, len(by_pass)))
     out = []
     for j in np.flatnonzero(check):
         rec = record(cols, int(j) + 1)
@@ -1094,24 +1129,35 @@ def jobs_default() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 
 
-def run_chunks(tasks: Iterator[ChunkTask], jobs: int) -> Iterator[ChunkOut]:
-    """Each task's result, in task order; with ``jobs`` > 1 in a pool, at most ``2 * jobs`` chunks in flight."""
+def start_pool(jobs: int) -> Any:
+    """``jobs`` worker processes, or ``None`` for one. Started before the logs are scanned, so that the workers'
+    start overlaps the scan: a fork server imports the checker once and each worker is forked from it, ready."""
     if jobs <= 1:
+        return None
+    import multiprocessing as mp
+
+    forkserver = "forkserver" in mp.get_all_start_methods()
+    ctx = mp.get_context("forkserver" if forkserver else "spawn")
+    if forkserver:
+        ctx.set_forkserver_preload([__name__])
+    return ctx.Pool(jobs)
+
+
+def run_chunks(tasks: Iterator[ChunkTask], pool: Any, jobs: int) -> Iterator[ChunkOut]:
+    """Each task's result, in task order; with a ``pool`` of ``jobs`` workers, at most ``2 * jobs`` chunks in flight."""
+    if pool is None:
         for t in tasks:
             yield check_chunk(t)
         return
-    import multiprocessing as mp
     from collections import deque
 
-    ctx = mp.get_context("forkserver") if "forkserver" in mp.get_all_start_methods() else mp.get_context("spawn")
-    with ctx.Pool(jobs) as pool:
-        pending: deque = deque()
-        for t in tasks:
-            pending.append(pool.apply_async(check_chunk, (t,)))
-            if len(pending) >= 2 * jobs:
-                yield pending.popleft().get()
-        while pending:
+    pending: deque = deque()
+    for t in tasks:
+        pending.append(pool.apply_async(check_chunk, (t,)))
+        if len(pending) >= 2 * jobs:
             yield pending.popleft().get()
+    while pending:
+        yield pending.popleft().get()
 
 
 def check_stream(paths: list[str], *, own_profile: bool = False, exact: bool = False, sample: float = DEFAULT_SAMPLE,
@@ -1119,18 +1165,35 @@ def check_stream(paths: list[str], *, own_profile: bool = False, exact: bool = F
                  keep: Optional[Callable[[Session, ChunkOut], None]] = None) -> tuple[Report, list[str], dict]:
     """(report, notes on empty files, timelines for the plot) of every log in ``paths``."""
     _CACHE.clear()  # models are built from the policy as it is now (a test may have patched a guard or a monitor)
+    # a pool pays for itself only on logs of several chunks; it starts before the scan, sized by the files' bytes
+    jobs = jobs or (jobs_default() if sum(p.stat().st_size for p in expand(paths)) > 4 * CHUNK_RECORDS * POOL_BYTES
+                    else 1)
+    pool = start_pool(jobs)
+    try:
+        out = _check_sessions(paths, own_profile, exact, sample, pool, jobs, plot, progress, keep)
+        if pool is not None:
+            pool.close()
+            pool.join()  # every worker reaped before the result is out
+        return out
+    finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+
+
+def _check_sessions(paths: list[str], own_profile: bool, exact: bool, sample: float, pool: Any, jobs: int, plot: bool,
+                    progress: Optional[Callable[[str], None]],
+                    keep: Optional[Callable[[Session, ChunkOut], None]]) -> tuple[Report, list[str], dict]:
     logs, empty = scan(paths)
     sessions, notes = build_sessions(logs, own_profile)
     report = Report(sessions, notes=list(notes))
     timelines: dict = {}
     total = sum(max(0, (i.last or 0) - (i.first or 0) + 1) for log in logs for i in infos_of(log))
-    # a pool pays for itself only on logs of several chunks
-    jobs = jobs or (jobs_default() if total > 4 * CHUNK_RECORDS else 1)
     done = 0
     for s in sessions:
         model, _, step = _model(s.config)
         stitch = Stitcher(report, s, model, step, plot)
-        for out in run_chunks(plan(s, exact, sample, cross=keep is not None), jobs):
+        for out in run_chunks(plan(s, exact, sample, cross=keep is not None, jobs=jobs), pool, jobs):
             stitch.add(out)
             if keep is not None:
                 keep(s, out)

@@ -80,6 +80,53 @@ def test_a_bad_value_is_file_and_line(tmp_path: Path) -> None:
     assert rc == 2 and f"{tmp_path / 'rank0.jsonl'}:5: field 'before.control' expected an index in [0, 3)" in err, err
 
 
+def _edit_lines(path: Path, edits: dict[int, Any]) -> None:
+    """Replace pass lines by their line number (the header is line 1) with ``edits[k](text)``."""
+    lines = path.read_text().splitlines(keepends=True)
+    for k, fn in edits.items():
+        lines[k - 1] = fn(lines[k - 1].rstrip("\n")) + "\n"
+    path.write_text("".join(lines))
+
+
+@pytest.mark.parametrize("edits, says", [
+    # a value moved from one line to the next: the chunk's total of values is right, the flat parse alone would not see it
+    ({4: lambda t: t[:-1] + ",7]", 5: lambda t: t[: t.rindex(",")] + "]"}, ":4: a pass line of 37 values (the header's columns) expected, got 38"),
+    ({6: lambda t: t.replace(",", ',"1.5",', 1)[:-1].rsplit(",", 1)[0] + "]"}, ":6: field 'wall' expected a number, got \"1.5\""),
+    ({7: lambda t: "[true" + t[t.index(","):]}, ":7: field 'pass' expected a number, got true"),
+    ({3: lambda t: t.replace(",", ",[1],", 1)[:-1].rsplit(",", 1)[0] + "]"}, ":3: field 'wall' expected a number, got [1]"),
+    ({8: lambda t: t + " [1]"}, ":8: not JSON"),
+])
+def test_a_malformed_pass_line_is_named_though_the_chunk_is_parsed_as_one_flat_array(
+        tmp_path: Path, edits: dict, says: str) -> None:
+    write_inprocess_logs(tmp_path, world=2, passes=10)
+    path = tmp_path / "rank0.jsonl"
+    width = len(_json_header(path)["columns"])
+    assert width == 37, width  # the edits above are written for the delayer's compact columns
+    _edit_lines(path, edits)
+    rc, out, err = check_log(str(tmp_path))
+    assert rc == 2 and out == "" and f"{path}{says}" in err, err
+
+
+def test_the_flat_parse_reads_what_a_line_by_line_parse_reads_and_refuses_a_shifted_value(tmp_path: Path) -> None:
+    import numpy as np
+
+    from prefill_delayer.conformance.chunks import _flat_matrix
+
+    write_inprocess_logs(tmp_path, world=4, passes=40)
+    lines = (tmp_path / "rank1.jsonl").read_bytes().splitlines(keepends=True)[1:]
+    whole = b"".join(lines)
+    want = np.array([json.loads(x) for x in lines], dtype=np.float64)
+    got = _flat_matrix(whole, len(lines), want.shape[1])
+    assert got is not None and np.array_equal(got, want)
+    shifted = lines[0].replace(b"]", b",1]") + lines[1][: lines[1].rindex(b",")] + b"]\n" + b"".join(lines[2:])
+    assert _flat_matrix(shifted, len(lines), want.shape[1]) is None  # the right total of values, two lines wrong
+    assert _flat_matrix(whole, len(lines), want.shape[1] + 1) is None
+
+
+def _json_header(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text().splitlines()[0])
+
+
 def test_the_gate_policy_logs_and_checks_in_format_2(tmp_path: Path) -> None:
     _gate(tmp_path / "h", "pdi-hardened")
     report, data, _ = check_logs([str(tmp_path / "h")])
@@ -191,3 +238,56 @@ def test_a_chunk_result_does_not_carry_the_chunk_s_bytes_back(tmp_path: Path) ->
     log_bytes = sum(p.stat().st_size for p in tmp_path.iterdir())
     assert all(seg.data == b"" for segs in out.task.segments for seg in segs)
     assert len(pickle.dumps(out)) < log_bytes, (len(pickle.dumps(out)), log_bytes)
+
+
+@pytest.mark.parametrize("log_options", [None, {"rows": "full"}, {"format": 1}], ids=["compact", "full", "format-1"])
+def test_the_sample_s_records_converted_together_are_each_pass_s_record(tmp_path: Path, log_options: Any) -> None:
+    """The machine's sample converts its passes' columns at once (``records``, ``py_views``); each is what the
+    one-pass conversion (``record``, and the view column by column) gives."""
+    import numpy as np
+
+    from prefill_delayer.conformance.checks import build_sessions
+    from prefill_delayer.conformance.chunks import parse_v1, parse_v2, read_segments
+    from prefill_delayer.conformance.stream import _model, _py, _rank_log, plan, py_views, record, records, scan
+
+    write_inprocess_logs(tmp_path, world=4, passes=80, log_options=log_options)
+    logs, _ = scan([str(tmp_path)])
+    sessions, _ = build_sessions(logs, False)
+    (task,) = plan(sessions[0], False, 0.0)
+    model, _, _ = _model(sessions[0].config)
+    idx = np.array([0, 3, 4, 41, 79])
+    for (header, files), segs in zip(task.logs, task.segments):
+        log = _rank_log(header, files)
+        cols, _ = (parse_v2 if header["format"] == 2 else parse_v1)(log, model, read_segments(segs))
+        assert repr(records(cols, idx)) == repr([record(cols, int(i)) for i in idx])  # values and their types
+        if cols.view is not None:
+            want = [model.policy.view_cls(*(_py(v[i]) if isinstance(v, np.ndarray) else v for v in cols.view)) for i in idx]
+            assert repr(py_views(model, cols.view, idx)) == repr(want)
+
+
+def test_the_worker_pool_finds_what_one_process_finds_and_leaves_no_worker(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks checked in two worker processes, stitched in order: the same report as one process, every worker
+    reaped when check-log returns."""
+    import multiprocessing
+
+    from prefill_delayer.conformance import stream
+
+    write_inprocess_logs(tmp_path, world=4, passes=700)
+
+    def change(values: list, columns: list) -> None:
+        values[columns.index("row.waiting_queue_len")] += 7
+
+    for number in (90, 350, 640):  # in three different chunks of 100 passes
+        edit_pass(tmp_path / "rank2.jsonl", number, change)
+    monkeypatch.setattr(stream, "CHUNK_RECORDS", 400)  # 100 passes of 4 ranks a chunk: 7 chunks
+    reports = {}
+    for jobs in (1, 2):
+        rc, out, err = check_log(str(tmp_path), "--jobs", str(jobs), "--json", str(tmp_path / f"r{jobs}.json"))
+        assert rc == 1, out + err
+        reports[jobs] = _json(tmp_path / f"r{jobs}.json")
+        assert multiprocessing.active_children() == []
+    got = {(f["property"], f["pass"]) for f in reports[2]["findings"]}
+    assert got == {(p, n) for n in (90, 350, 640) for p in ("digest", "view")}, got
+    assert reports[2]["checked"]["conformance"] == 2800
+    assert {k: v for k, v in reports[2].items() if k != "tool"} == {k: v for k, v in reports[1].items() if k != "tool"}
