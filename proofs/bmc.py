@@ -137,13 +137,14 @@ RESTRICTIONS: dict[str, Violation] = {SAME_LOCAL_ARGS: same_local_args, ALLOW_DI
 
 
 def shortest(policy: Any, fam: Any, table: Table, violation: Violation, extra: Optional[Violation] = None, timeout_ms: int = 20000,
-             max_passes: int = MAX_PASSES) -> tuple[str, Optional[dict]]:
-    """The shortest run from fresh ranks that shows ``violation``.
+             max_passes: int = MAX_PASSES, first_k: int = 1) -> tuple[str, Optional[dict]]:
+    """The shortest run from fresh ranks that shows ``violation``, trying ``first_k`` passes first (no shorter run
+    can show it: a run bound's violation needs its limit plus one passes).
 
     ("refuted", trace); ("none", None) when no run of up to ``max_passes`` shows it;
     ("timeout", None) or ("unknown", None) when the solver could not decide.
     """
-    for k in range(1, max_passes + 1):
+    for k in range(first_k, max_passes + 1):
         u = Unrolling(policy, fam, table, k)
         s = z3.Then(*SOLVER_TACTIC).solver()
         s.set("timeout", timeout_ms)

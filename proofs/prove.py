@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
+from ..spec.monitors import Agreement
 from ..spec.policy import PROVED, REFUTED, UNKNOWN
 from ..spec.registry import all_profiles, policy_of
 from ..spec.table import Table
@@ -79,7 +80,8 @@ def _counterexample(
     ``searched`` holds the searches already run for this table (in one catalogue run):
     agreement's first search (the clock alone) is agreement-equal-args' search.
     """
-    pick, first_name = policy.proof.bmc_search[prop]
+    pick, first_name, *fewest = policy.proof.bmc_search[prop]
+    first_k = fewest[0] if fewest else 1
     monitor = policy.invariant(prop).check
     violation = bmc.violation_of(monitor)
     first_try = bmc.RESTRICTIONS.get(first_name) if first_name else None
@@ -93,9 +95,13 @@ def _counterexample(
     outcome = "none"
     for extra in ([first_try, None] if first_try is not None else [None]):
         parts = frozenset(x for x in (always, extra) if x is not None)
-        key = (id(table), fam, type(monitor), parts)
+        # an agreement's violation is the same whatever its id (agreement-equal-args differs by a restriction, in
+        # ``parts``); a run monitor's is its own
+        what = type(monitor) if isinstance(monitor, Agreement) else monitor
+        key = (id(table), fam, what, parts, first_k)
         if key not in searched:
-            searched[key] = bmc.shortest(policy, fam, table, violation, bmc.all_of(*parts), timeout_ms)
+            searched[key] = bmc.shortest(policy, fam, table, violation, bmc.all_of(*parts), timeout_ms, first_k=first_k,
+                                         max_passes=max(bmc.MAX_PASSES, first_k + bmc.MAX_PASSES // 2))
         outcome, trace = searched[key]
         if trace is not None:
             return outcome, copy.deepcopy(trace)
@@ -139,7 +145,7 @@ def check_property(
         outcome, trace = _counterexample(policy, prop, fams, table, timeout_ms, scope, {} if searched is None else searched)
         if trace is None:
             status = UNKNOWN
-            why = f"the solver hit --timeout-ms {timeout_ms}" if outcome == "timeout" else f"none within {bmc.MAX_PASSES} passes"
+            why = f"the solver hit --timeout-ms {timeout_ms}" if outcome == "timeout" else "none within the passes searched"
             note += f"; no run from fresh delayers shows it ({why})"
         else:
             trace = {"property": prop, "profile": profile, **trace}

@@ -226,7 +226,11 @@ class ModelGroup:
         return max(r.peak_kv for r in self.ranks)
 
     def close(self) -> None:
-        pass
+        """Close each rank's policy core: its decision log, when ``PREFILL_DELAYER_DECISION_LOG`` asked for one,
+        flushed and whole when the run returns (not only when the process exits)."""
+        for r in self.ranks:
+            if r.delayer is not None:
+                r.delayer.core.close()
 
 
 def _loop(config: SimConfig, variant: Variant, group, source, clock_now, result: RunResult, progress: Optional[Progress]) -> None:

@@ -264,6 +264,9 @@ class SGLangGroup:
     def close(self) -> None:
         self._module.PrefillDelayerSinglePassExecutor = self._saved_executor
         self._module.time = self._saved_time
+        for r in self.ranks:  # each delayer's decision log, if one was asked for, whole when the run returns
+            if r.delayer is not None:
+                r.delayer.core.close()
 
 
 def _recording_executor(recorders: dict[int, Callable[[NegotiateArgs, bool], None]]) -> type:

@@ -350,7 +350,7 @@ class ProofHooks:
     # bounded model checking: trace-friendly parameter ranges, and readable numbers
     bmc_config: Callable[..., tuple] = lambda o, c: ([], None)  # (o, c) -> (assertions, (value, ranks) -> the trace's config)
     bmc_soft: Callable[..., list] = lambda o, c: []  # (o, c) -> [(term, weight)] preferences on the configuration
-    bmc_search: Mapping[str, tuple] = field(default_factory=dict)  # property -> (family picker, first restriction)
+    bmc_search: Mapping[str, tuple] = field(default_factory=dict)  # property -> (family picker, first restriction[, fewest passes])
 
 
 @dataclass(frozen=True)

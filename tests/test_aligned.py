@@ -90,6 +90,49 @@ def test_a_broken_hold_guard_is_refuted(monkeypatch: pytest.MonkeyPatch) -> None
         monkeypatch.undo()
 
 
+def test_every_release_refutes_the_hold_with_its_shortest_run_and_replay_reproduces_it() -> None:
+    """no-decode-hold, in SGLang's delayer's catalogue: from fresh delayers the shortest counterexample is one pass
+    longer than the hold (no shorter run can show it), and the spec's runtime replays it to the same violation."""
+    pytest.importorskip("z3")
+    from prefill_delayer.proofs.prove import run_catalogue
+    from prefill_delayer.traces.replay import replay
+
+    results = run_catalogue(["sglang-0.5.17", "sglang-0.5.22", "hardened", "aligned"], properties=["no-decode-hold"])
+    assert {r.profile: r.status for r in results} == {"sglang-0.5.17": "refuted", "sglang-0.5.22": "refuted",
+                                                     "hardened": "refuted", "aligned": "proved"}
+    for r in results:
+        if r.profile == "aligned":
+            assert r.trace is None
+            continue
+        assert r.ok and len(r.trace["passes"]) == HOLD + 1, (r.profile, r.note)
+        assert r.trace["config"]["max_delay_passes"] > HOLD + 1  # a cap any lower ends the wait first
+        reproduced, lines = replay(r.trace)
+        assert reproduced, lines[-1]
+        assert f"delays {HOLD + 1} consecutive mixed passes with no decode anywhere" in lines[-1], lines[-1]
+
+
+@pytest.mark.parametrize("profile, held", [("sglang-0.5.17", True), ("aligned", False)])
+def test_the_35241_loop_in_the_simulator_breaks_the_hold_for_the_release_only(
+        profile: str, held: bool, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The release's counterexample as the simulator's #35241 loop: its ranks write the runtime's decision logs
+    (``PREFILL_DELAYER_DECISION_LOG``), and check-log finds the hold broken, a known defect of the release; the
+    same run under aligned is clean."""
+    from prefill_delayer.cli import main
+    from prefill_delayer.conformance import check_logs
+
+    monkeypatch.setenv("PREFILL_DELAYER_DECISION_LOG", str(tmp_path))
+    assert main(["simulate", "--scenario", "35241", "--drift", "3,3,0,2,3,3,2,3", "--profile", profile,
+                 "--duration", "200", "--warmup", "0"]) == 0
+    report, _, _ = check_logs([str(tmp_path)])
+    found = [f for f in report.findings if f.property == "no-decode-hold"]
+    if held:
+        assert found and all(f.known_defect for f in found), found
+        assert all(f"more than {HOLD}" in f.message for f in found)
+        assert {r for f in found for r in f.ranks} == set(range(8))  # every rank of the group waits: the loop's pass
+    else:
+        assert found == [] and report.findings == [], report.findings
+
+
 def test_the_plugin_path_builds_it_with_sglangs_constructor_arguments() -> None:
     from types import SimpleNamespace
 

@@ -2,7 +2,10 @@
 
 ``tests/data/check_log_pinned.json`` was written by the build that had only
 format 1 and the in-memory check-log (``PIN_WRITE=1 pytest tests/test_check_log_pinned.py``
-rewrites it; never do so to make a change pass). Each scenario's logs are
+rewrites it; never do so to make a change pass). It was rewritten once since, when
+``no-decode-hold`` joined SGLang's delayer's catalogue: each report gained that
+check's row (``ok`` on every scenario), and every other row and finding stayed
+as pinned (compared field by field). Each scenario's logs are
 written again here, in format 1 and, where no test edit is involved, in
 format 2's compact and full-rows modes, and checked both ways (the column path
 and ``--exact``): every report must equal the pinned one.

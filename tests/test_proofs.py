@@ -16,6 +16,7 @@ from delayer_spec import PROFILES  # noqa: E402
 from delayer_spec import build_table  # noqa: E402
 from prefill_delayer.spec.table import Lit, Table  # noqa: E402
 from prefill_delayer.spec.registry import policies  # noqa: E402
+from prefill_delayer.spec.policies.sglang_delayer.properties import NO_DECODE_HOLD  # noqa: E402
 
 from guard_mutants import EQUIVALENT, mutants, patched  # noqa: E402
 
@@ -36,11 +37,14 @@ def test_every_property_has_its_expected_status(results):
 def test_every_refuted_cell_carries_a_short_trace(results):
     refuted = {(r.property, r.profile): r for r in results if r.status == "refuted"}
     assert set(refuted) == {(i.id, p) for i in CATALOGUE for p in PROFILES if i.expected[p] == "refuted"}
-    assert len(refuted) == 12
+    assert len(refuted) == 12 + 5  # no-decode-hold: every profile (aligned is another policy)
     for r in refuted.values():
         validate_trace(r.trace)
         assert r.trace["profile"] == r.profile and r.trace["property"] == r.property
-        assert 1 <= len(r.trace["passes"]) <= 4
+        if r.property == "no-decode-hold":  # a run of one pass more than the hold: no shorter run can show it
+            assert len(r.trace["passes"]) == NO_DECODE_HOLD + 1, r.profile
+        else:
+            assert 1 <= len(r.trace["passes"]) <= 4
         assert r.trace["violation"] and r.trace["violation"] != "?"
     # Before 0.5.22 agreement fails on the clock alone: the ranks pass identical arguments.
     for profile in ("seed", "sglang-0.5.17", "sglang-0.5.19"):
@@ -63,8 +67,9 @@ def test_cli_prove_writes_report_and_traces(tmp_path):
     assert {r["status"] for r in data["results"]} <= {"proved", "refuted"}
     paths = [r["trace"] for r in data["results"] if r["trace"]]
     refuted = sum(s == "refuted" for pol in policies() for inv in pol.invariants for s in inv.expected.values())
-    # 12 of SGLang's delayer, 3 of its interval gate, 18 of the other engines' policies (issue 19)
-    assert len(paths) == refuted == 12 + 3 + 18 and all((traces / p.split("/")[-1]).exists() for p in paths)
+    # 12 of SGLang's delayer and 5 of no-decode-hold, 3 of its interval gate, 18 of the other engines' policies
+    # (issue 19) and 2 of no-decode-hold on SGLang's phase lockstep, which runs on the delayer
+    assert len(paths) == refuted == 12 + 5 + 3 + 18 + 2 and all((traces / p.split("/")[-1]).exists() for p in paths)
     assert data["seconds"] > 0
 
 

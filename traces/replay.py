@@ -21,12 +21,13 @@ def run_trace(trace: dict[str, Any], profile: str | None = None) -> list[list[di
 
     The trace is validated first, so a malformed one is a ``TraceError`` naming
     the bad entry rather than a failure inside one of the rank threads.
-    ``profile`` replays the same inputs under another profile of the policy.
+    ``profile`` replays the same inputs under another profile: of the policy, or of a policy with the same inputs
+    and parameters (``aligned``, on a trace of SGLang's delayer).
     """
     from ..runtime import PolicyCore, run_ranks
 
     validate_trace(trace)
-    policy = policy_of(trace["profile"])
+    policy = policy_of(profile or trace["profile"])
     config = policy.config_cls(profile=profile or trace["profile"], **trace["config"])
     passes = trace["passes"]
     world = len(passes[0]["ranks"])

@@ -33,10 +33,11 @@ def _config(trace: dict[str, Any]) -> Any:
     return policy_of(trace["profile"]).config_cls(profile=trace["profile"], **trace["config"])
 
 
-def run_bound_violation(mon: RunBound, c: Any, decisions: Sequence[Sequence[Any]]) -> Optional[str]:
+def run_bound_violation(mon: RunBound, c: Any, decisions: Sequence[Sequence[Any]], views: Sequence[Any]) -> Optional[str]:
+    """The first rank's run past the limit, each pass counted on its gathered view and that rank's decision."""
     limit = mon.limit(PY, c)
     for rank in range(len(decisions[0]) if decisions else 0):
-        length, end = mon.longest(PY, c, [(None, per_rank[rank]) for per_rank in decisions])
+        length, end = mon.longest(PY, c, [(view, per_rank[rank]) for view, per_rank in zip(views, decisions)])
         if length > limit:
             return mon.trace_text.format(rank=rank, length=length, start=end - length + 1, end=end, limit=limit)
     return None
@@ -69,7 +70,8 @@ def pass_views(trace: dict[str, Any]) -> list[Any]:
     for p in passes:
         inputs = [inputs_of_trace(policy, x) for x in p["ranks"]]
         locals_ = [step.local(st, x["now_s"], inp) for st, x, inp in zip(states, p["ranks"], inputs)]
-        view = step.view([policy.local_row(PY, c, inp, local) for inp, local in zip(inputs, locals_)])
+        # the fold of every rank's row: what an all-gather hands each rank, and what an all-reduce's one row reads as
+        view = policy.gathered_view(PY, c, [policy.local_row(PY, c, inp, local) for inp, local in zip(inputs, locals_)])
         states = [step.finalize(step.negotiate(st, view, local).next_state) for st, local in zip(states, locals_)]
         views.append(view)
     return views
@@ -114,7 +116,7 @@ def find_violation(prop: str, trace: dict[str, Any], decisions: Optional[Sequenc
     c = _config(trace)
     mon = inv.check
     if isinstance(mon, RunBound):
-        return run_bound_violation(mon, c, decisions)
+        return run_bound_violation(mon, c, decisions, pass_views(trace))
     if isinstance(mon, Agreement):
         return agreement_violation(policy, decisions)
     if isinstance(mon, PassRule):

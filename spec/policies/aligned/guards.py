@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..sglang_delayer import guards as _delayer
+from ..sglang_delayer.properties import NO_DECODE_HOLD
 
 _DELAYER_GUARDS = (
     "local_force", "wait_expired", "status_none", "status_all", "status_mixed", "exists_force", "below_cap",
@@ -28,8 +29,9 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-# The stall give-up when no decode hides the wait: at most this many delays, counted in passes (no clock).
-NO_DECODE_HOLD = 8
+# NO_DECODE_HOLD, the stall give-up when no decode hides the wait: at most this many delays, counted in passes (no
+# clock). It is the bound of the delayer's catalogue property no-decode-hold, which aligned proves and every release
+# refutes.
 
 
 def wait_hidden(o: Any, c: Any, v: Any, s: Any) -> Any:

@@ -44,6 +44,16 @@ def mixed_delay(o: Any, c: Any, v: Any, d: Any) -> Any:
     return o.And(o.Not(d.output_allow), v.num_prefillable > 0, v.num_prefillable < v.n)
 
 
+# SGLang #35241's persistent mixed loop as a property (ours): a mixed wait that no decode hides lasts at most this
+# many passes (``aligned``'s must-fire; every release waits up to max_delay_passes - 1).
+NO_DECODE_HOLD = 8
+
+
+def no_decode_delay(o: Any, c: Any, v: Any, d: Any) -> Any:
+    """The pass delays a mixed pass while no counted rank has a running batch: no decode overlaps the wait."""
+    return o.And(mixed_delay(o, c, v, d), v.running_batch == 0)
+
+
 FORCE_ALLOW = PassRule(
     "force-allow",
     premise=lambda o, c, v, d: v.num_force > 0,
@@ -73,6 +83,15 @@ MIXED_BOUNDED_DELAY = RunBound(
     couple=lambda o, c, st, run: run <= st.delayed_count,  # a run of mixed delays is part of the run of delays
     trace_text="rank {rank} delays {length} consecutive mixed passes (passes {start}..{end}), more than {limit}",
     log_text="delays {run} consecutive mixed passes (from pass {start}), more than {limit}",
+)
+NO_DECODE_HOLD_BOUND = RunBound(
+    "no-decode-hold",
+    counts=no_decode_delay,
+    limit=lambda o, c: NO_DECODE_HOLD,
+    couple=lambda o, c, st, run: run <= st.delayed_count,  # such a run is part of the run of delays
+    trace_text="rank {rank} delays {length} consecutive mixed passes with no decode anywhere (passes {start}..{end}), "
+    "more than {limit}",
+    log_text="delays {run} consecutive mixed passes with no running batch on any rank (from pass {start}), more than {limit}",
 )
 WAIT_ACCOUNTING = RunReport(
     "wait-accounting",
@@ -134,6 +153,16 @@ INVARIANTS: tuple[Invariant, ...] = (
         "without agreement ranks take turns delaying: each respects its own bound, the group never proceeds together",
     ),
     Invariant("wait-accounting", "a release reports exactly the number of consecutive delays before it", _all(), WAIT_ACCOUNTING),
+    Invariant(
+        "no-decode-hold",
+        f"while no counted rank runs a decode batch, no mixed pass is held more than {NO_DECODE_HOLD} passes in a row, "
+        "whatever arrives, completes or is chunked meanwhile: the persistent mixed loop of SGLang #35241, in which every "
+        "admission waits up to max_delay_passes with nothing to hide the wait, cannot form",
+        _all(*PROFILES),
+        NO_DECODE_HOLD_BOUND,
+        "every release, and hardened, holds a mixed pass up to max_delay_passes - 1 times whether or not anything "
+        "decodes (ours, from #35241)",
+    ),
     Invariant(
         "aggregate-view",
         "for any number of DP groups and any attn_cp x attn_tp ranks per group, DP attention on and off, "

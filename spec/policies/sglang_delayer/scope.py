@@ -21,6 +21,7 @@ from ...ops import AnyValue
 from ...config import Layout
 from .config import MAX_QUEUE_MIN_RATIO
 from .profiles import QUEUE_CAPACITY, features_of
+from .properties import NO_DECODE_HOLD
 from .variables import PassInput, Local
 
 ANY_RATIO = AnyValue("any ratio", MAX_QUEUE_MIN_RATIO)
@@ -263,8 +264,9 @@ def bmc_soft(o: Any, c: SymConfig) -> list:
 
 
 # Where a single-step refutation must be shown reachable from fresh delayers: the family to
-# unroll first, and a first restriction to try (the defect expected), dropped when it finds
-# nothing. "same-local-args": ranks pass equal local arguments, so only their clocks differ.
+# unroll first, a first restriction to try (the defect expected), dropped when it finds
+# nothing, and optionally the fewest passes a counterexample can have (the search starts there).
+# "same-local-args": ranks pass equal local arguments, so only their clocks differ.
 BMC_SEARCH = {
     # The slot path: no queue trigger needed.
     "bounded-delay": (lambda f: f.enable_dp_attention and f.queue_ratio is None, None),
@@ -273,4 +275,6 @@ BMC_SEARCH = {
     "agreement-equal-args": (lambda f: f.dp_attn_queue, None),
     # Ranks that parted ways take turns delaying.
     "joint-progress": (lambda f: f.dp_attn_queue, None),
+    # A mixed wait with nothing decoding, past the hold: no run shorter than the hold plus one can show it.
+    "no-decode-hold": (lambda f: f.enable_dp_attention and f.queue_ratio is None, None, NO_DECODE_HOLD + 1),
 }
