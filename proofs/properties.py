@@ -79,7 +79,39 @@ class PassSetup:
         return self.base + self.o.side
 
 
+# One catalogue run's symbolic passes, by family (``shared_passes``): every single-pass property of a profile reads the
+# same pass, so its terms are built once, not once a property. None: each call builds its own.
+_SHARED: Optional[dict] = None
+
+
+class shared_passes:
+    """Within the block, ``one_pass`` builds each (policy, family, table) pass once and hands the same setup to every
+    check. A check may build more terms on it; their side conditions only define fresh variables, which every later
+    check's assumptions may then include without constraining anything else."""
+
+    def __enter__(self) -> "shared_passes":
+        global _SHARED
+        self._outer, _SHARED = _SHARED, {}
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        global _SHARED
+        _SHARED = self._outer
+
+
 def one_pass(policy: Any, fam: Any, table: Table, tag: str = "") -> PassSetup:
+    if _SHARED is not None:
+        key = (id(policy), fam, id(table), tag)
+        hit = _SHARED.get(key)
+        if hit is not None and hit[0] is policy and hit[1] is table:
+            return hit[2]  # type: ignore[no-any-return]
+        setup = _one_pass(policy, fam, table, tag)
+        _SHARED[key] = (policy, table, setup)  # the objects kept alive, so their ids are not reused meanwhile
+        return setup
+    return _one_pass(policy, fam, table, tag)
+
+
+def _one_pass(policy: Any, fam: Any, table: Table, tag: str = "") -> PassSetup:
     o = Z3Ops()
     c = policy.proof.sym_config(o, fam)
     st = sym_state(policy, tag)

@@ -14,7 +14,7 @@ from ..spec.table import Table
 from ..traces.violations import find_violation
 from . import bmc
 from .aggregates import check_aggregate_view
-from .properties import single_step
+from .properties import shared_passes, single_step
 from .scope import scope_for
 
 # What the proofs range over by default: every value of every "every value" switch (the
@@ -174,11 +174,12 @@ def run_catalogue(
         scope = scope_for(policy, options)
         searched: Searched = {}
         order = policy.invariant_ids if properties is None else [p for p in properties if policy.invariant(p) is not None]
-        for prop in order:
-            res = check_property(prop, profile, table, scope, timeout_ms, searched)
-            results.append(res)
-            if fail_fast and not res.ok:
-                return results
+        with shared_passes():  # the profile's single-pass checks read one symbolic pass per family
+            for prop in order:
+                res = check_property(prop, profile, table, scope, timeout_ms, searched)
+                results.append(res)
+                if fail_fast and not res.ok:
+                    return results
     return results
 
 
