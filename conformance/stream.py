@@ -1130,13 +1130,20 @@ def jobs_default() -> int:
 
 
 def start_pool(jobs: int) -> Any:
-    """``jobs`` worker processes, or ``None`` for one. Started before the logs are scanned, so that the workers'
-    start overlaps the scan: a fork server imports the checker once and each worker is forked from it, ready."""
+    """``jobs`` worker processes, or ``None`` for one, started before the logs are scanned.
+
+    A process that runs no other thread (the command) forks its workers: they start with the checker imported,
+    at no cost. Forking a process with other threads can copy a lock another thread holds, so there a fork server,
+    which imports the checker once, forks them instead (spawn where there is no fork server)."""
     if jobs <= 1:
         return None
     import multiprocessing as mp
+    import threading
 
-    forkserver = "forkserver" in mp.get_all_start_methods()
+    methods = mp.get_all_start_methods()
+    if "fork" in methods and threading.active_count() == 1:
+        return mp.get_context("fork").Pool(jobs)
+    forkserver = "forkserver" in methods
     ctx = mp.get_context("forkserver" if forkserver else "spawn")
     if forkserver:
         ctx.set_forkserver_preload([__name__])

@@ -267,9 +267,10 @@ def test_the_sample_s_records_converted_together_are_each_pass_s_record(tmp_path
 
 def test_the_worker_pool_finds_what_one_process_finds_and_leaves_no_worker(tmp_path: Path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """Chunks checked in two worker processes, stitched in order: the same report as one process, every worker
-    reaped when check-log returns."""
+    """Chunks checked in two worker processes, forked from this process or, while it runs another thread, from a fork
+    server, stitched in order: the same report as one process, every worker reaped when check-log returns."""
     import multiprocessing
+    import threading
 
     from prefill_delayer.conformance import stream
 
@@ -282,12 +283,30 @@ def test_the_worker_pool_finds_what_one_process_finds_and_leaves_no_worker(tmp_p
         edit_pass(tmp_path / "rank2.jsonl", number, change)
     monkeypatch.setattr(stream, "CHUNK_RECORDS", 400)  # 100 passes of 4 ranks a chunk: 7 chunks
     reports = {}
-    for jobs in (1, 2):
-        rc, out, err = check_log(str(tmp_path), "--jobs", str(jobs), "--json", str(tmp_path / f"r{jobs}.json"))
+    for jobs, busy in ((1, False), (2, False), (2, True)):
+        # with another thread running, the workers come from a fork server, not a fork of this process
+        other = threading.Event()
+        helper = threading.Thread(target=other.wait) if busy else None
+        if helper is not None:
+            helper.start()
+        methods = []
+        real_context = multiprocessing.get_context
+        monkeypatch.setattr(multiprocessing, "get_context",
+                            lambda method=None: methods.append(method) or real_context(method))
+        try:
+            rc, out, err = check_log(str(tmp_path), "--jobs", str(jobs), "--json", str(tmp_path / f"r{jobs}{busy}.json"))
+        finally:
+            monkeypatch.setattr(multiprocessing, "get_context", real_context)
+            other.set()
+            if helper is not None:
+                helper.join()
         assert rc == 1, out + err
-        reports[jobs] = _json(tmp_path / f"r{jobs}.json")
+        assert methods == ([] if jobs == 1 else ["forkserver" if busy else "fork"]), methods
+        reports[jobs, busy] = _json(tmp_path / f"r{jobs}{busy}.json")
         assert multiprocessing.active_children() == []
-    got = {(f["property"], f["pass"]) for f in reports[2]["findings"]}
+    got = {(f["property"], f["pass"]) for f in reports[2, False]["findings"]}
     assert got == {(p, n) for n in (90, 350, 640) for p in ("digest", "view")}, got
-    assert reports[2]["checked"]["conformance"] == 2800
-    assert {k: v for k, v in reports[2].items() if k != "tool"} == {k: v for k, v in reports[1].items() if k != "tool"}
+    assert reports[2, False]["checked"]["conformance"] == 2800
+    for key in ((2, False), (2, True)):
+        assert {k: v for k, v in reports[key].items() if k != "tool"} == {k: v for k, v in reports[1, False].items()
+                                                                         if k != "tool"}, key
