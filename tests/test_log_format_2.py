@@ -289,10 +289,14 @@ def test_the_worker_pool_finds_what_one_process_finds_and_leaves_no_worker(tmp_p
         helper = threading.Thread(target=other.wait) if busy else None
         if helper is not None:
             helper.start()
-        methods = []
+        methods: list = []
         real_context = multiprocessing.get_context
-        monkeypatch.setattr(multiprocessing, "get_context",
-                            lambda method=None: methods.append(method) or real_context(method))
+
+        def recording(method: Any = None, methods: list = methods, real: Any = real_context) -> Any:
+            methods.append(method)
+            return real(method)
+
+        monkeypatch.setattr(multiprocessing, "get_context", recording)
         try:
             rc, out, err = check_log(str(tmp_path), "--jobs", str(jobs), "--json", str(tmp_path / f"r{jobs}{busy}.json"))
         finally:
