@@ -406,7 +406,8 @@ _FLAT = bytes.maketrans(b"[]\n", b"  ,")  # a line's brackets to blanks, its end
 
 def _flat_matrix(whole: bytes, n: int, width: int) -> Optional[np.ndarray]:
     """The ``n`` pass lines in ``whole`` (each ``[v,...]`` and a newline) as an ``n x width`` float matrix, parsed
-    as one flat array: half the time of a nested parse, which builds a list per line and numpy a row from each.
+    as one flat array: about 40% less time than a nested parse, which builds a list per line and numpy a row from
+    each (6,000 lines of SGLang's delayer: 9.8 ms nested, about 6 ms flat).
 
     The flat parse cannot see where a line ends, so the bytes are checked first: every line holds one ``[`` at its
     start, one ``]`` before its newline and ``width - 1`` commas. ``None`` when they do not, or the values are
