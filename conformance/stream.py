@@ -30,6 +30,7 @@ import contextlib
 import os
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
@@ -57,10 +58,15 @@ POOL_BYTES = 100  # bytes of a pass record at the least (format 2, 2 ranks): a l
 
 def scan(paths: list[str]) -> tuple[list[RankLog], list[str]]:
     """Every (rank, run) log in ``paths`` from the files' headers, with each file's layout; notes on empty files."""
+    return scan_files(expand(paths))
+
+
+def scan_files(files: list[Path]) -> tuple[list[RankLog], list[str]]:
+    """``scan`` of the log files ``logread.expand`` found."""
     logs: dict[tuple[int, str], RankLog] = {}
     empty: list[str] = []
     nothing: list[str] = []  # why each file held no record, for the error when none did
-    for path in expand(paths):
+    for path in files:
         found, note = scan_file(str(path))
         if found is None:
             empty.append(note or f"{path}: empty")
@@ -356,17 +362,12 @@ def py_state(cols: Any, i: int) -> Any:
     return type(cols)(*(_py(c[i]) for c in cols))
 
 
-def py_decision(dec: Any, i: int) -> Any:
-    return type(dec)(py_state(dec.next_state, i), *(_py(c[i]) for c in dec[1:]))
-
-
 def record(cols: RankCols, i: int, rows: Optional[list] = None) -> PassRec:
+    """Pass ``i`` of the chunk as a record (``rows``: the gathered rows rebuilt for it, where the line has none)."""
     if cols.recs is not None:
         return cols.recs[i]  # type: ignore[no-any-return]
-    readings = {k: _py(v[i]) for k, v in cols.readings.items()}
-    flat = rows if rows is not None else (cols.rows[i].tolist() if cols.rows is not None else None)
-    return PassRec(int(cols.number[i]), float(cols.now[i]), readings, flat, py_state(cols.before, i),
-                   py_decision(cols.decision, i), 0.0, int(cols.fi[i]), int(cols.line[i]))
+    rec = records(cols, np.array([i]))[0]
+    return rec if rows is None else rec._replace(rows=rows)
 
 
 def _values(col: np.ndarray, idx: np.ndarray) -> list:
@@ -1173,11 +1174,11 @@ def check_stream(paths: list[str], *, own_profile: bool = False, exact: bool = F
     """(report, notes on empty files, timelines for the plot) of every log in ``paths``."""
     _CACHE.clear()  # models are built from the policy as it is now (a test may have patched a guard or a monitor)
     # a pool pays for itself only on logs of several chunks; it starts before the scan, sized by the files' bytes
-    jobs = jobs or (jobs_default() if sum(p.stat().st_size for p in expand(paths)) > 4 * CHUNK_RECORDS * POOL_BYTES
-                    else 1)
+    files = expand(paths)
+    jobs = jobs or (jobs_default() if sum(p.stat().st_size for p in files) > 4 * CHUNK_RECORDS * POOL_BYTES else 1)
     pool = start_pool(jobs)
     try:
-        out = _check_sessions(paths, own_profile, exact, sample, pool, jobs, plot, progress, keep)
+        out = _check_sessions(files, own_profile, exact, sample, pool, jobs, plot, progress, keep)
         if pool is not None:
             pool.close()
             pool.join()  # every worker reaped before the result is out
@@ -1188,10 +1189,10 @@ def check_stream(paths: list[str], *, own_profile: bool = False, exact: bool = F
             pool.join()
 
 
-def _check_sessions(paths: list[str], own_profile: bool, exact: bool, sample: float, pool: Any, jobs: int, plot: bool,
+def _check_sessions(files: list[Path], own_profile: bool, exact: bool, sample: float, pool: Any, jobs: int, plot: bool,
                     progress: Optional[Callable[[str], None]],
                     keep: Optional[Callable[[Session, ChunkOut], None]]) -> tuple[Report, list[str], dict]:
-    logs, empty = scan(paths)
+    logs, empty = scan_files(files)
     sessions, notes = build_sessions(logs, own_profile)
     report = Report(sessions, notes=list(notes))
     timelines: dict = {}

@@ -242,13 +242,23 @@ def test_a_chunk_result_does_not_carry_the_chunk_s_bytes_back(tmp_path: Path) ->
 
 @pytest.mark.parametrize("log_options", [None, {"rows": "full"}, {"format": 1}], ids=["compact", "full", "format-1"])
 def test_the_sample_s_records_converted_together_are_each_pass_s_record(tmp_path: Path, log_options: Any) -> None:
-    """The machine's sample converts its passes' columns at once (``records``, ``py_views``); each is what the
-    one-pass conversion (``record``, and the view column by column) gives."""
+    """The machine's sample converts its passes' columns at once (``records``, ``py_views``); each is what
+    converting every entry alone (``_py``, as a format-1 line gives it) gives, and ``record`` is the same."""
     import numpy as np
 
     from prefill_delayer.conformance.checks import build_sessions
     from prefill_delayer.conformance.chunks import parse_v1, parse_v2, read_segments
-    from prefill_delayer.conformance.stream import _model, _py, _rank_log, plan, py_views, record, records, scan
+    from prefill_delayer.conformance.logread import PassRec
+    from prefill_delayer.conformance.stream import _model, _py, _rank_log, plan, py_state, py_views, record, records, scan
+
+    def one_by_one(cols: Any, i: int) -> Any:
+        if cols.recs is not None:
+            return cols.recs[i]
+        dec = cols.decision
+        return PassRec(int(cols.number[i]), float(cols.now[i]), {k: _py(v[i]) for k, v in cols.readings.items()},
+                       cols.rows[i].tolist() if cols.rows is not None else None, py_state(cols.before, i),
+                       type(dec)(py_state(dec.next_state, i), *(_py(c[i]) for c in dec[1:])), 0.0, int(cols.fi[i]),
+                       int(cols.line[i]))
 
     write_inprocess_logs(tmp_path, world=4, passes=80, log_options=log_options)
     logs, _ = scan([str(tmp_path)])
@@ -259,7 +269,8 @@ def test_the_sample_s_records_converted_together_are_each_pass_s_record(tmp_path
     for (header, files), segs in zip(task.logs, task.segments):
         log = _rank_log(header, files)
         cols, _ = (parse_v2 if header["format"] == 2 else parse_v1)(log, model, read_segments(segs))
-        assert repr(records(cols, idx)) == repr([record(cols, int(i)) for i in idx])  # values and their types
+        want = repr([one_by_one(cols, int(i)) for i in idx])  # values and their types
+        assert repr(records(cols, idx)) == want and repr([record(cols, int(i)) for i in idx]) == want
         if cols.view is not None:
             want = [model.policy.view_cls(*(_py(v[i]) if isinstance(v, np.ndarray) else v for v in cols.view)) for i in idx]
             assert repr(py_views(model, cols.view, idx)) == repr(want)
