@@ -70,6 +70,7 @@ class Model:
         self.decision_kinds = [(f.name, f.kind) for f in p.decision_fields]
         self.controls = np.array(p.states, dtype=_str_dtype(p.states))
         self.reasons = np.array(p.reasons, dtype=_str_dtype(p.reasons))
+        self._sorted_reasons = np.sort(self.reasons)
         self.texts = {f.name: np.array(f.values, dtype=_str_dtype(f.values)) for f in p.decision_fields if f.values}
         self.sources = np.array(table.sources, dtype=self.controls.dtype)
         finalized = [table.finalized(s) for s in p.states]
@@ -88,6 +89,16 @@ class Model:
         """Strings of a CONTROL / REASON / enumerated TEXT column from its indices."""
         table = self.controls if kind == CONTROL else self.reasons if kind == REASON else self.texts[name]
         return table[values.astype(np.int64)]
+
+    def reason_codes(self, reasons: np.ndarray) -> tuple[list[str], np.ndarray]:
+        """(names, each entry's index into them) of a column of output reasons: the policy's reasons, sorted, when
+        they hold every entry (a search, not a sort of the column); else the column's own distinct values."""
+        names = self._sorted_reasons
+        codes = np.searchsorted(names, reasons).clip(0, max(0, len(names) - 1))
+        if len(names) and (names[codes] == reasons).all():
+            return names.tolist(), codes.astype(np.int16)
+        distinct, codes = np.unique(reasons, return_inverse=True)
+        return distinct.tolist(), codes.astype(np.int16)
 
     def typed(self, kind: str, col: np.ndarray, name: str = "") -> np.ndarray:
         """A format-2 column (float64) as its kind's column: bools, ints, floats (an unset optional clock: NaN), names."""
@@ -129,11 +140,17 @@ class Model:
         return self.policy.log.inputs_from_row(AO, list(cols.own), cols.readings)
 
     def evaluate(self, before: Any, view: Any, local: Any, n: int) -> tuple[np.ndarray, Any]:
-        """(index of the fired table row per pass, -1 none; the decision of each pass): the table on columns."""
+        """(index of the fired table row per pass, -1 none; the decision of each pass): the table on columns.
+
+        Each row that fires is decided on its own passes only (``decide`` of every fired row on every pass cost
+        a third of the check)."""
         c, memo = self.c, {}
         fired = np.full(n, -1, dtype=np.int64)
+        at_source: dict[str, np.ndarray] = {}
         for ti, t in enumerate(self.rows):
-            terms: list[Any] = [before.control == t.source]
+            if t.source not in at_source:
+                at_source[t.source] = before.control == t.source
+            terms: list[Any] = [at_source[t.source]]
             for lit, fn in zip(t.lits, t.fns):
                 value = memo.get(lit.guard)
                 if value is None:
@@ -141,22 +158,20 @@ class Model:
                 terms.append(value if lit.positive else AO.Not(value))
             holds = broadcast(AO.And(*terms), n, np.bool_)
             fired = np.where(holds & (fired < 0), ti, fired)
-        decided = {ti: self.policy.decide(AO, c, self.rows[ti], view, local) for ti in np.unique(fired) if ti >= 0}
-        # which decided row each pass took, len(decided) for none (fired -1 reads the table's last slot)
-        slot = np.full(len(self.rows) + 1, len(decided), dtype=np.int64)
-        slot[list(decided)] = np.arange(len(decided))
-        which = slot[fired]
-        passes = np.arange(n)
+        order = np.argsort(fired, kind="stable")
+        rows_fired, firsts = np.unique(fired[order], return_index=True)
+        bounds = list(firsts[1:]) + [n]
+        passes_of = {int(ti): order[a:b] for ti, a, b in zip(rows_fired, firsts, bounds) if ti >= 0}
+        decided = {ti: self.policy.decide(AO, c, self.rows[ti], take(view, idx, n), take(local, idx, n))
+                   for ti, idx in passes_of.items()}
 
         def pick(get: Any, kind: str, name: str) -> np.ndarray:
-            """Each pass's value from the row it took: a gather from the rows' constants, or from their columns."""
+            """Each pass's value from the row it took (a pass that took none: an empty string, or 0)."""
             dtype = self._dtype(kind, name)
-            values = [get(d) for d in decided.values()]
-            default = "" if dtype.kind == "U" else 0
-            if not any(_arr(v) for v in values):
-                return np.array([_none_nan(v) for v in values] + [default], dtype=dtype)[which]
-            stacked = np.stack([broadcast(v, n, dtype) for v in values] + [np.full(n, default, dtype=dtype)])
-            return stacked[which, passes]
+            out = np.full(n, "" if dtype.kind == "U" else 0, dtype=dtype)
+            for ti, d in decided.items():
+                out[passes_of[ti]] = _none_nan(get(d))
+            return out
 
         after = self.state([pick(lambda d, i=i: d.next_state[i], k, nm) for i, (nm, k) in enumerate(self.state_kinds)])
         outs = [pick(lambda d, i=i: d[i + 1], k, nm) for i, (nm, k) in enumerate(self.decision_kinds)]
@@ -205,6 +220,12 @@ class Model:
 
     def limits(self) -> dict[str, int]:
         return {m.id: int(m.limit(PY, self.c)) for m in self.runs} | {m.id: int(m.window(PY, self.c)) for m in self.groups}
+
+
+def take(values: Any, idx: np.ndarray, n: int) -> Any:
+    """A tuple of columns (a view, a ``Local``) cut to the passes ``idx``: a column of ``n`` passes (passes are the
+    last axis) is indexed, a constant kept."""
+    return type(values)(*[v[..., idx] if _arr(v) and v.ndim and v.shape[-1] == n else v for v in values])
 
 
 def run_lengths(counts: np.ndarray, starts: np.ndarray, carry: int) -> np.ndarray:

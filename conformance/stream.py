@@ -41,7 +41,7 @@ from .checks import (
     CONFORMANCE, INVARIANT, Finding, LogStats, PassChecker, Report, Session, _apply_sets, _compare, _known,
     _state_differs, build_sessions, divergence_is_no_known_defect,
 )
-from .chunks import FileInfo, Segment, count_byte, offset_of, parse_v1, parse_v2, read_segments, scan_file
+from .chunks import FileInfo, Segment, offset_of, parse_v1, parse_v2, read_segments, scan_file
 from .arrayops import broadcast
 from .columns import Model, RankCols, run_lengths
 from .desync import drift_finding
@@ -153,9 +153,16 @@ class ChunkTask:
     cross: bool = False  # return the cross-rank columns (a node's digest file keeps them)
 
 
+# the line counter's block: one buffer read into and compared in place, which stays in the CPU's cache (16 MB
+# blocks, each a new bytes object and a new mask, took four times longer over a 20 MB log: 14 ms, against 3.3)
+_COUNT_BLOCK = 1 << 20
+
+
 def _line_counter() -> Callable[[str, int], int]:
     """Line number at a byte offset of a file, counted once forward per file (the planner asks in order)."""
     state: dict[str, tuple[int, int]] = {}
+    buf = bytearray(_COUNT_BLOCK)
+    data, hits = np.frombuffer(buf, np.uint8), np.empty(_COUNT_BLOCK, dtype=bool)
 
     def line_at(path: str, offset: int) -> int:
         pos, lines = state.get(path, (0, 1))
@@ -165,11 +172,11 @@ def _line_counter() -> Callable[[str, int], int]:
             f.seek(pos)
             left = offset - pos
             while left > 0:
-                block = f.read(min(left, 1 << 24))
-                if not block:
+                got = f.readinto(memoryview(buf)[: min(left, _COUNT_BLOCK)])
+                if not got:
                     break
-                lines += count_byte(block, b"\n")
-                left -= len(block)
+                lines += int(np.count_nonzero(np.equal(data[:got], 10, out=hits[:got])))
+                left -= got
         state[path] = (offset, lines)
         return lines
 
@@ -268,7 +275,9 @@ class RankOut:
 
     number: np.ndarray
     allow: np.ndarray
-    reason: np.ndarray  # strings
+    # each pass's output reason as an index into reason_names: a chunk's strings would be half of what a worker
+    # sends back (60 bytes a pass as numpy's fixed-width text, against one)
+    reason_codes: np.ndarray
     now: np.ndarray
     fi: np.ndarray
     line: np.ndarray
@@ -283,6 +292,13 @@ class RankOut:
     sets: list = field(default_factory=list)
     notes: list = field(default_factory=list)
     refired: int = 0
+    reason_names: list = field(default_factory=list)
+
+    @property
+    def reason(self) -> np.ndarray:
+        """Each pass's output reason (strings)."""
+        names = np.array(self.reason_names if self.reason_names else [""])
+        return names[self.reason_codes]
 
 
 @dataclass
@@ -436,12 +452,13 @@ def check_chunk(task: ChunkTask) -> ChunkOut:
             raise LogError(problem)
         n = len(cols)
         view = cols.view if cols.view is not None else model.view_of_rows(cols.rows) if n else None
-        out = RankOut(cols.number, np.zeros(0, bool), np.zeros(0, "<U1"), cols.now, cols.fi, cols.line, {}, None, None,
+        out = RankOut(cols.number, np.zeros(0, bool), np.zeros(0, np.int16), cols.now, cols.fi, cols.line, {}, None, None,
                       fails=extra.fails, sets=extra.sets, notes=extra.notes)
         if n:
             out.allow = np.asarray(cols.decision.output_allow, dtype=bool)
-            out.reason = np.asarray(cols.decision.output_reason)
-            out.reasons = Counter(out.reason.tolist())
+            out.reason_names, out.reason_codes = model.reason_codes(np.asarray(cols.decision.output_reason))
+            counts = np.bincount(out.reason_codes, minlength=len(out.reason_names))
+            out.reasons = Counter({name: int(k) for name, k in zip(out.reason_names, counts) if k})
             out.counts = model.counts(view, cols.decision, n)
             if model.report is not None:
                 out.report_len = np.asarray(getattr(cols.decision, model.report.length), dtype=np.int64)
@@ -1002,8 +1019,8 @@ class Stitcher:
             if len(waits):
                 st.waits.append(waits.astype(np.float64))
         ended = (hold > 0) & first_mixed.astype(bool)
-        for reason, k in Counter(ro.reason[rel][ended].tolist()).items():
-            st.mixed_waits_ended[reason] += k
+        for code, k in Counter(ro.reason_codes[rel][ended].tolist()).items():
+            st.mixed_waits_ended[ro.reason_names[code]] += k
         # the carry: the hold run at the end, its first pass, whether its start is known
         rs.hold = int(held[-1])
         if rs.hold:

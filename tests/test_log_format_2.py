@@ -325,3 +325,49 @@ def test_the_worker_pool_finds_what_one_process_finds_and_leaves_no_worker(tmp_p
     for key in ((2, False), (2, True)):
         assert {k: v for k, v in reports[key].items() if k != "tool"} == {k: v for k, v in reports[1, False].items()
                                                                          if k != "tool"}, key
+
+
+def test_a_chunk_s_reasons_go_back_as_codes_and_read_back_as_the_logged_strings(tmp_path: Path) -> None:
+    """A worker sends each pass's output reason as a small integer into the chunk's names: the stitcher reads back
+    the strings the column path built, and a reason outside the policy's (a format-1 line may hold any) keeps its own
+    name rather than taking a neighbour's."""
+    import numpy as np
+
+    from prefill_delayer.conformance.checks import build_sessions
+    from prefill_delayer.conformance.chunks import parse_v2, read_segments
+    from prefill_delayer.conformance.stream import DEFAULT_SAMPLE, _model, _rank_log, check_chunk, plan, scan
+
+    write_inprocess_logs(tmp_path, world=4, passes=300)
+    logs, _ = scan([str(tmp_path)])
+    sessions, _ = build_sessions(logs, False)
+    (task,) = plan(sessions[0], False, DEFAULT_SAMPLE)
+    model, _, _ = _model(sessions[0].config)
+    out = check_chunk(task)
+    for ro, ((header, files), segs) in zip(out.ranks, zip(task.logs, task.segments)):
+        cols, _ = parse_v2(_rank_log(header, files), model, read_segments(segs))
+        want = np.asarray(cols.decision.output_reason)
+        assert ro.reason_codes.dtype == np.int16 and ro.reason.tolist() == want.tolist()
+        assert sum(ro.reasons.values()) == len(want) and len(ro.reasons) > 1
+    known = sorted(model.policy.reasons)
+    odd = np.array([known[-1], "zz-not-a-reason", known[0], ""])
+    names, codes = model.reason_codes(odd)
+    assert [names[c] for c in codes] == odd.tolist()
+
+
+def test_take_cuts_every_column_of_a_tuple_to_some_passes_and_keeps_its_constants() -> None:
+    """``decide`` runs on each fired row's passes only: ``take`` cuts a view or a ``Local`` to them (passes are the
+    last axis, a per-rank column too) and leaves a configuration's constants as they are."""
+    from typing import NamedTuple
+
+    import numpy as np
+
+    from prefill_delayer.conformance.columns import take
+
+    class T(NamedTuple):
+        a: Any
+        b: Any
+        c: Any
+
+    t = T(np.arange(5), 7, np.arange(15).reshape(3, 5))
+    got = take(t, np.array([1, 4]), 5)
+    assert type(got) is T and got.a.tolist() == [1, 4] and got.b == 7 and got.c.tolist() == [[1, 4], [6, 9], [11, 14]]
