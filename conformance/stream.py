@@ -457,8 +457,9 @@ def check_chunk(task: ChunkTask) -> ChunkOut:
         if n:
             out.allow = np.asarray(cols.decision.output_allow, dtype=bool)
             out.reason_names, out.reason_codes = model.reason_codes(np.asarray(cols.decision.output_reason))
-            counts = np.bincount(out.reason_codes, minlength=len(out.reason_names))
-            out.reasons = Counter({name: int(k) for name, k in zip(out.reason_names, counts) if k})
+            codes, firsts, counts = np.unique(out.reason_codes, return_index=True, return_counts=True)
+            # in the order the reasons first come (the report lists them so)
+            out.reasons = Counter({out.reason_names[int(codes[i])]: int(counts[i]) for i in np.argsort(firsts)})
             out.counts = model.counts(view, cols.decision, n)
             if model.report is not None:
                 out.report_len = np.asarray(getattr(cols.decision, model.report.length), dtype=np.int64)

@@ -118,6 +118,17 @@ def test_the_flat_parse_reads_what_a_line_by_line_parse_reads_and_refuses_a_shif
     want = np.array([json.loads(x) for x in lines], dtype=np.float64)
     got = _flat_matrix(whole, len(lines), want.shape[1])
     assert got is not None and np.array_equal(got, want)
+    # the integer columns packed as int64: the same matrix, and the same signed zeros in the float columns
+    ints = np.array([all(type(json.loads(x)[j]) is int for x in lines) for j in range(want.shape[1])])
+    assert 0 < ints.sum() < len(ints)
+    got = _flat_matrix(whole, len(lines), want.shape[1], ints)
+    assert got is not None and np.array_equal(got, want) and np.array_equal(np.signbit(got), np.signbit(want))
+    j = int(np.flatnonzero(ints)[1])  # an integer column given a float, then an integer past int64: the nested parse's
+    for value in ("3.0", str(2**64)):
+        edited = json.loads(lines[5])
+        edited[j] = "@"
+        bad = b"".join(lines[:5]) + json.dumps(edited, separators=(",", ":")).replace('"@"', value).encode() + b"\n"
+        assert _flat_matrix(bad + b"".join(lines[6:]), len(lines), want.shape[1], ints) is None
     shifted = lines[0].replace(b"]", b",1]") + lines[1][: lines[1].rindex(b",")] + b"]\n" + b"".join(lines[2:])
     assert _flat_matrix(shifted, len(lines), want.shape[1]) is None  # the right total of values, two lines wrong
     assert _flat_matrix(whole, len(lines), want.shape[1] + 1) is None
