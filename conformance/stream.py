@@ -773,7 +773,7 @@ def _rebuilt_checks(s: Session, model: Model, cols: list[CrossCols], present: np
         # a decided pass's stamp: the policy's tag and the pass number the rank logged (no skip flag)
         flat[:, log.group_rank, env.f_stamp] = env.tag_bits | (c.stamp[pos[r]] if c.stamp is not None else 0)
     flat2 = flat.reshape(P, -1)
-    data = flat2.astype("<i8").tobytes()
+    data = memoryview(np.ascontiguousarray(flat2, dtype="<i8")).cast("B")  # each pass's rows hashed in place, not copied
     size = flat2.shape[1] * 8
     digests = np.array([digest_of_bytes(data[i * size:(i + 1) * size]) for i in range(P)], dtype=np.int64)
     folded = model.view_of_rows(flat2)
