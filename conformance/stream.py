@@ -1149,10 +1149,11 @@ def jobs_default() -> int:
 
 
 def start_pool(jobs: int) -> Any:
-    """``jobs`` worker processes, or ``None`` for one, started before the logs are scanned.
+    """``jobs`` worker processes, or ``None`` for one, started once the logs are scanned and each session's model
+    built.
 
-    A process that runs no other thread (the command) forks its workers: they start with the checker imported,
-    at no cost. Forking a process with other threads can copy a lock another thread holds, so there a fork server,
+    A process that runs no other thread (the command) forks its workers: they start with the checker imported and
+    the models built, at no cost (each worker built its own before: 65 ms of the first chunk). Forking a process with other threads can copy a lock another thread holds, so there a fork server,
     which imports the checker once, forks them instead (spawn where there is no fork server)."""
     if jobs <= 1:
         return None
@@ -1165,7 +1166,7 @@ def start_pool(jobs: int) -> Any:
     forkserver = "forkserver" in methods
     ctx = mp.get_context("forkserver" if forkserver else "spawn")
     if forkserver:
-        ctx.set_forkserver_preload([__name__])
+        ctx.set_forkserver_preload([__name__, __name__.rsplit(".", 2)[0] + ".fsm"])
     return ctx.Pool(jobs)
 
 
@@ -1191,12 +1192,16 @@ def check_stream(paths: list[str], *, own_profile: bool = False, exact: bool = F
                  keep: Optional[Callable[[Session, ChunkOut], None]] = None) -> tuple[Report, list[str], dict]:
     """(report, notes on empty files, timelines for the plot) of every log in ``paths``."""
     _CACHE.clear()  # models are built from the policy as it is now (a test may have patched a guard or a monitor)
-    # a pool pays for itself only on logs of several chunks; it starts before the scan, sized by the files' bytes
+    # a pool pays for itself only on logs of several chunks, sized by the files' bytes
     files = expand(paths)
     jobs = jobs or (jobs_default() if sum(p.stat().st_size for p in files) > 4 * CHUNK_RECORDS * POOL_BYTES else 1)
+    logs, empty = scan_files(files)
+    sessions, notes = build_sessions(logs, own_profile)
+    for s in sessions:  # built (and what they import, imported) before forked workers copy this process
+        _model(s.config)
     pool = start_pool(jobs)
     try:
-        out = _check_sessions(files, own_profile, exact, sample, pool, jobs, plot, progress, keep)
+        out = _check_sessions(logs, empty, sessions, notes, exact, sample, pool, jobs, plot, progress, keep)
         if pool is not None:
             pool.close()
             pool.join()  # every worker reaped before the result is out
@@ -1207,11 +1212,9 @@ def check_stream(paths: list[str], *, own_profile: bool = False, exact: bool = F
             pool.join()
 
 
-def _check_sessions(files: list[Path], own_profile: bool, exact: bool, sample: float, pool: Any, jobs: int, plot: bool,
-                    progress: Optional[Callable[[str], None]],
+def _check_sessions(logs: list[RankLog], empty: list[str], sessions: list[Session], notes: list[str], exact: bool,
+                    sample: float, pool: Any, jobs: int, plot: bool, progress: Optional[Callable[[str], None]],
                     keep: Optional[Callable[[Session, ChunkOut], None]]) -> tuple[Report, list[str], dict]:
-    logs, empty = scan_files(files)
-    sessions, notes = build_sessions(logs, own_profile)
     report = Report(sessions, notes=list(notes))
     timelines: dict = {}
     total = sum(max(0, (i.last or 0) - (i.first or 0) + 1) for log in logs for i in infos_of(log))
