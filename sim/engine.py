@@ -227,8 +227,10 @@ class ModelGroup:
 
     def close(self) -> None:
         """Close each rank's policy core: its decision log, when ``PREFILL_DELAYER_DECISION_LOG`` asked for one,
-        flushed and whole when the run returns (not only when the process exits)."""
+        flushed and whole when the run returns (not only when the process exits); and write the running
+        requests' output counts back (``RankScheduler.sync_outputs``)."""
         for r in self.ranks:
+            r.sync_outputs()
             if r.delayer is not None:
                 r.delayer.core.close()
 

@@ -30,6 +30,13 @@ KV is allocated in pages (``PagedTokenToKVPoolAllocator``): a request holds
 ``ceil(tokens / page_size)`` pages, its prompt as prefilled and one token per
 decode step after the first (the first output token comes from the prefill).
 
+Bookkeeping (no per-request loop per pass): a decode step gives every running request but
+those whose last token is in flight one token, so the rank counts its decode steps
+(``_steps``) and keeps each running request's step of its last token (``Request.done_at``,
+set when its first token is processed; its output left is ``done_at - _steps``), with the
+running requests by that step (``_by_done``): a pass touches only the requests that join,
+get their first token or finish. The results are the per-request loops' exactly.
+
 Simplifications: no prefix cache (the ``sglang`` backend has one); no retraction
 (the ignore-EOS headroom check keeps decode within KV for fixed output lengths);
 FCFS.
@@ -49,6 +56,7 @@ from .workload import Request
 # (running_batch, max_prefill_bs, max_running_requests, waiting_queue_len).
 NegotiateArgs = tuple[int, int, int, int]
 Batch = list[tuple[Request, int]]  # (request, tokens prefilled this pass)
+Launch = tuple[list[Request], bool, int, bool]  # (joined the running batch, decoded it, requests in the batch, ran)
 
 LOAD_STALL_REFRESH_S = 0.05  # scheduler.LOAD_STALL_REFRESH_S
 CLIP_MAX_NEW_TOKENS = 4096  # schedule_policy.CLIP_MAX_NEW_TOKENS (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION's default)
@@ -90,6 +98,13 @@ class RankScheduler:
         self.running: list[Request] = []  # running_batch.reqs, in admission order
         self.allocated = 0  # KV tokens held (whole pages)
         self._clipped_left = 0  # sum over running of min(output left, CLIP_MAX_NEW_TOKENS), kept as they change
+        # The running requests past their first token ("tracked"): a tracked request's output left is
+        # done_at - _steps (module docstring).
+        self._steps = 0  # decode steps whose result has been processed
+        self._by_done: dict[int, list[Request]] = {}  # tracked requests by done_at, each list in admission order
+        self._near = 0  # tracked requests with at most CLIP_MAX_NEW_TOKENS output left
+        # tracked requests by (prompt + output - done_at) % page: which start a KV page at a step (page > 1)
+        self._residues: Optional[dict[int, int]] = {} if config.page_size > 1 else None
         self._max_output = 0  # the longest output this rank has taken (bounds every request's output left)
         self.peak_kv = 0
         self.dropped_health_checks = 0
@@ -110,9 +125,14 @@ class RankScheduler:
         self.running_at_start = 0
         self.queue_at_start = 0
         self.usage_at_start = 0.0
-        self._in_flight: list[Request] = []  # the last pass's batch: its outputs come out at process_results
+        # The last pass's batch, whose outputs come out at process_results: the requests that joined the
+        # running batch in it (their first token), whether it decoded the running batch, its requests.
+        self._flight_new: list[Request] = []
+        self._flight_decoded = False
+        self._flight_count = 0
+        self._flight_ones = 0  # of _flight_new, those of one output token (it finishes them)
         self._ran = False  # whether this rank's last pass ran a batch (its result is queued)
-        self._launched: tuple[list[Request], bool] = ([], False)  # this pass's batch, once launched
+        self._launched: Launch = ([], False, 0, False)  # this pass's batch, once launched (and whether it ran)
         self._last_extend = False  # whether the batch whose result is pending was a prefill
         self._launched_extend = False
         self._running_batch = 0  # running_batch's size once this pass's batch is launched
@@ -360,11 +380,24 @@ class RankScheduler:
         insertion per later request."""
         first = reached[0]
         before = batch[:len(batch) - (len(reached) - 1)]  # the batch as it was when the first one got there
-        states = [(r.output - r.out, r.prompt + r.out) for r in (first, *self.running, *(b for b, _ in before)) if r.output > r.out]
+        states = [(left, r.prompt + r.output - left) for r in (first, *self.running, *(b for b, _ in before))
+                  if (left := self._left(r)) > 0]
         states.sort(key=lambda s: s[0])
         for req in reached[1:]:
             _insert_state(states, req)
         return states
+
+    def _left(self, req: Request) -> int:
+        """``req``'s output left (``max_new_tokens - len(output_ids)``): all of it before its first token."""
+        done = req.done_at
+        return req.output if done is None else done - self._steps
+
+    def _n_last_in_flight(self) -> int:
+        """How many running requests have their last token in the pending result (``_reqs_finishing_inflight``)."""
+        n = self._flight_ones
+        if self._flight_decoded:
+            n += len(self._by_done.get(self._steps + 1, ()))
+        return n
 
     def finish_schedule(self, batch: Optional[Batch]) -> None:
         """End of ``get_new_batch_prefill``: the executor's finalize, then the tracker.
@@ -382,7 +415,7 @@ class RankScheduler:
         if batch:
             size = len(batch)
             if self._mixed:
-                size += sum(1 for r in self.running if not (r.flight and r.out + 1 >= r.output))
+                size += len(self.running) - self._n_last_in_flight()
         self.tracker.end_pass(size, attempted)
 
     # ----- one pass: the forward and the results ---------------------------------
@@ -397,7 +430,6 @@ class RankScheduler:
             self.backlog = bool(self.waiting)
         page = self._page
         prefill_tokens = 0
-        decoding: list[Request] = []
         if batch:
             for req, n in batch:
                 before = _ceil(req.prefilled, page)
@@ -406,16 +438,11 @@ class RankScheduler:
                 prefill_tokens += n
         # A prefill phase (the policy's decision says so): a rank without a prefill batch runs an idle batch.
         self.idled = not batch and self.executor is not None and self.executor.prefill_phase()
-        if (self._mixed or not batch) and not self.idled:  # all but _reqs_finishing_inflight (last token in flight)
-            decoding = [r for r in self.running if not (r.flight and r.out + 1 >= r.output)]
-        if page == 1:
-            self.allocated += len(decoding)  # each step stores one more token's KV
-        else:
-            for r in decoding:
-                # KV held: the prompt and all outputs but the last (a request in flight has one more);
-                # this step stores the last output's KV, a new page when the held ones are full.
-                if (r.prompt + r.out + r.flight - 1) % page == 0:
-                    self.allocated += page
+        decodes = (self._mixed or not batch) and not self.idled
+        # The decode step: all but _reqs_finishing_inflight (last token in flight); each stores one more token's KV.
+        n_decoding = len(self.running) - self._n_last_in_flight() if decodes else 0
+        if n_decoding:
+            self.allocated += n_decoding if page == 1 else page * self._pages_started()
         if self.allocated > self.peak_kv:
             self.peak_kv = self.allocated
         # running_batch as the launch leaves it: a mixed step empties it, a prefill step keeps it
@@ -423,51 +450,102 @@ class RankScheduler:
         if batch:
             self._running_batch = 0 if self._mixed and self.running else len(self.running)
         else:
-            self._running_batch = len(decoding)
+            self._running_batch = n_decoding
         self._launched_extend = bool(batch)
         # Requests whose prompt is complete join the running batch (the merge at the next pass).
-        in_flight = list(decoding)
+        joined: list[Request] = []
         if batch:
             for req, _ in batch:
                 if req.prefilled == req.prompt:
                     self.running.append(req)
                     self._clipped_left += min(req.output - req.out, CLIP_MAX_NEW_TOKENS)
-                    in_flight.append(req)
-        self._launched = (in_flight, prefill_tokens > 0 or bool(decoding))
-        return prefill_tokens, len(decoding)
+                    joined.append(req)
+        self._launched = (joined, decodes, n_decoding + len(joined), prefill_tokens > 0 or n_decoding > 0)
+        return prefill_tokens, n_decoding
+
+    def _pages_started(self) -> int:
+        """Of this decode step's requests, those whose step stores its token's KV in a new page (page > 1).
+
+        A request holds the KV of its prompt and every output but the last (one more in flight); the
+        step's token starts a page when that count is a multiple of the page. For a tracked request it is
+        ``prompt + output - done_at + _steps - 1 + in_flight``: those of one residue class of
+        ``prompt + output - done_at`` (``_residues``) start a page at the same steps.
+        """
+        page, steps, residues = self._page, self._steps, self._residues
+        assert residues is not None
+        in_flight = 1 if self._flight_decoded else 0  # every tracked request is in a decode step's result
+        want = (1 - steps - in_flight) % page
+        n = residues.get(want, 0)
+        if in_flight:  # those whose last token is in flight are not decoded
+            n -= sum(1 for r in self._by_done.get(steps + 1, ()) if self._residue(r) == want)
+        # the ones that joined the pending batch: in flight, no output processed yet (KV: the prompt)
+        return n + sum(1 for r in self._flight_new if r.output > 1 and r.prompt % page == 0)
+
+    def _residue(self, req: Request) -> int:
+        return (req.prompt + req.output - req.done_at) % self._page  # type: ignore[operator]
 
     def process_results(self, t_result: float) -> tuple[list[Request], int, int]:
         """The previous pass's result, available at ``t_result``: one output token per request in its batch.
 
         Returns (finished requests, output tokens, first tokens). Then this pass's batch becomes the pending one.
         """
+        joined, decoded = self._flight_new, self._flight_decoded
+        # min(output left, CLIP) drops by 1 for each request in the batch with at most CLIP left
+        clipped = sum(1 for req in joined if req.output <= CLIP_MAX_NEW_TOKENS)
         finished: list[Request] = []
-        firsts = 0
-        in_flight = self._in_flight
-        if self._max_output <= CLIP_MAX_NEW_TOKENS:  # every output left is within the clip: each term drops by 1
-            clipped = len(in_flight)
-        else:
-            clipped = sum(1 for req in in_flight if req.output - req.out <= CLIP_MAX_NEW_TOKENS)
-        for req in in_flight:
-            req.flight = False
-            out = req.out = req.out + 1
-            if out == 1:
-                req.first_token_s = t_result
-                firsts += 1
-            if out >= req.output:
+        if decoded:
+            clipped += self._near
+            finished = self._step()
+        for req in joined:  # their first token: tracked from now on, unless it is their last
+            req.first_token_s = t_result
+            if req.output <= 1:
                 finished.append(req)
-        tokens = len(in_flight)
+            else:
+                self._track(req)
+        tokens = self._flight_count
         if finished:
             page = self._page
-            self.running = [r for r in self.running if r.out < r.output]  # every running request but these has output left
             for req in finished:
+                req.out = req.output
                 req.finish_s = t_result
                 self.allocated -= _ceil(req.prompt + req.out - 1, page)
+                self.running.remove(req)
             self.batch_is_full = False
         self._clipped_left -= clipped  # (a finished request's term is 0: nothing more when it leaves)
-        self._in_flight, self._ran = self._launched
-        for req in self._in_flight:
-            req.flight = True
-        self._launched = ([], False)
+        new, self._flight_decoded, self._flight_count, self._ran = self._launched
+        self._flight_new = new
+        self._flight_ones = sum(1 for req in new if req.output <= 1)
+        self._launched = ([], False, 0, False)
         self._last_extend = self._launched_extend
-        return finished, tokens, firsts
+        return finished, tokens, len(joined)
+
+    def _step(self) -> list[Request]:
+        """A decode step's result: every tracked request has one token less left; returns those it finishes."""
+        self._steps = steps = self._steps + 1
+        done = self._by_done.pop(steps, [])
+        self._near += len(self._by_done.get(steps + CLIP_MAX_NEW_TOKENS, ())) - len(done)
+        residues = self._residues
+        if residues is not None:
+            for req in done:
+                residues[self._residue(req)] -= 1
+        return done
+
+    def _track(self, req: Request) -> None:
+        """``req`` has its first token (``output - 1`` left): from now on the decode steps count its tokens."""
+        req.done_at = done = self._steps + req.output - 1
+        bucket = self._by_done.get(done)
+        if bucket is None:
+            self._by_done[done] = [req]
+        else:
+            bucket.append(req)
+        if done - self._steps <= CLIP_MAX_NEW_TOKENS:
+            self._near += 1
+        residues = self._residues
+        if residues is not None:
+            key = self._residue(req)
+            residues[key] = residues.get(key, 0) + 1
+
+    def sync_outputs(self) -> None:
+        """Write each running request's output count back to ``Request.out`` (the steps count it, not the request)."""
+        for req in self.running:
+            req.out = req.output - self._left(req)

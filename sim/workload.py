@@ -24,7 +24,7 @@ from .errors import SimInputError
 class Request:
     """One request; times in simulated seconds."""
 
-    __slots__ = ("rid", "arrival", "prompt", "output", "prefilled", "out", "flight", "first_token_s", "finish_s", "rank", "client", "health_check")
+    __slots__ = ("rid", "arrival", "prompt", "output", "prefilled", "out", "done_at", "first_token_s", "finish_s", "rank", "client", "health_check")
 
     def __init__(self, rid: int, arrival: float, prompt: int, output: int, client: Optional[int] = None,
                  health_check: bool = False) -> None:
@@ -33,8 +33,11 @@ class Request:
         self.prompt = prompt  # tokens to prefill
         self.output = output  # tokens to generate (the first comes from the last prefill chunk)
         self.prefilled = 0
-        self.out = 0  # output tokens the scheduler has processed (one pass behind the forward)
-        self.flight = False  # the model backend: in the last pass's batch, its result not processed yet
+        self.out = 0  # output tokens the scheduler has processed (one pass behind the forward; see done_at)
+        # The model backend: the rank's decode step (``RankScheduler._steps``) whose result carries the last output
+        # token, set once the first one is processed (None before). While the request runs the rank derives its
+        # output count from it (``out`` is written back when it finishes, or when the run ends).
+        self.done_at: Optional[int] = None
         self.first_token_s: Optional[float] = None
         self.finish_s: Optional[float] = None
         self.rank = -1
