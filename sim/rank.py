@@ -57,6 +57,7 @@ from .workload import Request
 NegotiateArgs = tuple[int, int, int, int]
 Batch = list[tuple[Request, int]]  # (request, tokens prefilled this pass)
 Launch = tuple[list[Request], bool, int, bool]  # (joined the running batch, decoded it, requests in the batch, ran)
+_NOTHING_LAUNCHED: Launch = ([], False, 0, False)  # (its list is never appended to)
 
 LOAD_STALL_REFRESH_S = 0.05  # scheduler.LOAD_STALL_REFRESH_S
 CLIP_MAX_NEW_TOKENS = 4096  # schedule_policy.CLIP_MAX_NEW_TOKENS (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION's default)
@@ -132,7 +133,7 @@ class RankScheduler:
         self._flight_count = 0
         self._flight_ones = 0  # of _flight_new, those of one output token (it finishes them)
         self._ran = False  # whether this rank's last pass ran a batch (its result is queued)
-        self._launched: Launch = ([], False, 0, False)  # this pass's batch, once launched (and whether it ran)
+        self._launched: Launch = _NOTHING_LAUNCHED  # this pass's batch, once launched (and whether it ran)
         self._last_extend = False  # whether the batch whose result is pending was a prefill
         self._launched_extend = False
         self._running_batch = 0  # running_batch's size once this pass's batch is launched
@@ -203,22 +204,21 @@ class RankScheduler:
         n_running = len(running)
         left = chunked.prompt - chunked.prefilled if chunked is not None else 0
         head_fits = False
-        if waiting and n_running < self._mrr and not (self.batch_is_full and n_running):
-            # can_allocate_prefill for the head alone: its page-rounded prompt and a page, beyond what the
-            # running requests have reserved for their outputs (and, with mixed chunks, their decode tokens)
-            reserved = self._clipped_left + (n_running if self._mixed else 0)
-            head_fits = _ceil(waiting[0].prompt, self._page) + self._page <= self._capacity - self.allocated - reserved
+        oldest_wait = 0.0
+        if waiting:
+            head = waiting[0]
+            if n_running < self._mrr and not (self.batch_is_full and n_running):
+                # can_allocate_prefill for the head alone: its page-rounded prompt and a page, beyond what the
+                # running requests have reserved for their outputs (and, with mixed chunks, their decode tokens)
+                reserved = self._clipped_left + (n_running if self._mixed else 0)
+                head_fits = _ceil(head.prompt, self._page) + self._page <= self._capacity - self.allocated - reserved
+            oldest_wait = max(0.0, now - head.arrival)
+        prefillable = bool(waiting) or chunked is not None
+        # Positional, in Facts' field order (a keyword call costs more, once per rank and pass).
         return Facts(
             self.allocated / self._capacity, n_running, self.tracker.value, self._mrr, len(waiting), self.extended,
-            bool(waiting) or chunked is not None,
-            pending_prefill_tokens=self._waiting_tokens + left,
-            chunk_in_progress=chunked is not None,
-            chunk_tokens_left=left,
-            head_fits=head_fits,
-            oldest_wait_s=max(0.0, now - waiting[0].arrival) if waiting else 0.0,
-            backlog=self.backlog,
-            has_requests=bool(waiting) or chunked is not None or bool(running),
-            prefill_budget=self._chunk,
+            prefillable, self._waiting_tokens + left, chunked is not None, left, head_fits, oldest_wait, self.backlog,
+            prefillable or bool(running), self._chunk,
         )
 
     # ----- one pass: admission ------------------------------------------------
@@ -489,15 +489,17 @@ class RankScheduler:
 
         Returns (finished requests, output tokens, first tokens). Then this pass's batch becomes the pending one.
         """
-        joined, decoded = self._flight_new, self._flight_decoded
+        joined = self._flight_new
         # min(output left, CLIP) drops by 1 for each request in the batch with at most CLIP left
-        clipped = sum(1 for req in joined if req.output <= CLIP_MAX_NEW_TOKENS)
+        clipped = 0
         finished: list[Request] = []
-        if decoded:
-            clipped += self._near
+        if self._flight_decoded:
+            clipped = self._near
             finished = self._step()
         for req in joined:  # their first token: tracked from now on, unless it is their last
             req.first_token_s = t_result
+            if req.output <= CLIP_MAX_NEW_TOKENS:
+                clipped += 1
             if req.output <= 1:
                 finished.append(req)
             else:
@@ -514,8 +516,8 @@ class RankScheduler:
         self._clipped_left -= clipped  # (a finished request's term is 0: nothing more when it leaves)
         new, self._flight_decoded, self._flight_count, self._ran = self._launched
         self._flight_new = new
-        self._flight_ones = sum(1 for req in new if req.output <= 1)
-        self._launched = ([], False, 0, False)
+        self._flight_ones = sum(1 for req in new if req.output <= 1) if new else 0
+        self._launched = _NOTHING_LAUNCHED
         self._last_extend = self._launched_extend
         return finished, tokens, len(joined)
 

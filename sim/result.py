@@ -128,19 +128,17 @@ class RunResult:
             outcomes = group.outcomes
             status.append(STATUS_CODES[outcomes[0].estimation])
             total_usage = 0.0
-            for i in range(dp):
-                o = outcomes[i]
-                decision.append(codes[(o.estimation, o.reason)])
+            for o, r, (p, d) in zip(outcomes, group.ranks, work):
+                decision.append(codes[o.estimation, o.reason])
                 allowed.append(o.allow)
-                r = group.ranks[i]
                 if r.negotiated is None and not r.gate_refused:
                     ask.append(ASK_NONE)
                 elif r.negotiated_for_chunk:
                     ask.append(ASK_CHUNK)
                 else:
                     ask.append(ASK_ADMIT_ALLOWED if o.allow else ASK_ADMIT_VETOED)
-                prefill.append(work[i][0])
-                decode.append(work[i][1])
+                prefill.append(p)
+                decode.append(d)
                 new_seqs.append(len(r.admitted))
                 running.append(r.running_at_start)
                 queue.append(r.queue_at_start)

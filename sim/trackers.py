@@ -86,10 +86,19 @@ class MaxPrefillBsTracker:
         if self.kind == WINDOW:
             observed = batch_size or (attempted or 0)
             if observed > 0:
-                self._window.append(observed)
-                self._value = max(self._window)
+                self._observe(observed)
         elif batch_size > 0:
             self._value = max(self._value, batch_size)
+
+    def _observe(self, observed: int) -> None:
+        """The window's max after appending ``observed``, rescanned only when the max itself drops out."""
+        window = self._window
+        evicted = window[0] if len(window) == WINDOW_SIZE else None
+        window.append(observed)
+        if observed >= self._value:
+            self._value = observed
+        elif evicted == self._value:
+            self._value = max(window)
 
 
 def attempted_prefill_bs(running_batch: int, max_running_requests: int, waiting_queue_len: int) -> int:
