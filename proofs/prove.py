@@ -184,7 +184,9 @@ def run_catalogue(
 
 
 def run_parallel(profiles: Sequence[str], timeout_ms: int, jobs: int, options: Options = DEFAULT_OPTIONS) -> list[Result]:
-    """Profiles spread over ``jobs`` worker processes (Z3 is single-threaded; CI has two cores).
+    """Profiles spread over ``jobs`` worker processes (Z3 is single-threaded; CI has two cores), each profile in a
+    worker forked for it alone: Z3's state left by an earlier profile in the same process changes the models it
+    finds, so a counterexample would depend on which profiles a worker happened to prove before it.
 
     The proofs run in workers even for one job, so Ctrl-C is the parent's alone:
     in-process, Z3 takes a SIGINT that arrives during a check as a cancelled query
@@ -200,7 +202,7 @@ def run_parallel(profiles: Sequence[str], timeout_ms: int, jobs: int, options: O
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
     held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        pool = ctx.Pool(max(1, min(jobs, len(profiles))), initializer=_worker_ignores_sigint)
+        pool = ctx.Pool(max(1, min(jobs, len(profiles))), initializer=_worker_ignores_sigint, maxtasksperchild=1)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
     try:
