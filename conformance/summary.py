@@ -82,6 +82,7 @@ def _ranges(gaps: list[tuple[int, int]]) -> str:
 def verdicts(report: Report) -> list[dict[str, Any]]:
     """One entry per check: ok / violated (how often; a known defect of the profile?) / not checked (why)."""
     profiles = sorted({s.config.profile for s in report.sessions})
+    profile_of = {s.index: s.config.profile for s in report.sessions}
     compared = report.checked["agreement"]
     complete = any(s.complete for s in report.sessions)
     out = []
@@ -98,8 +99,10 @@ def verdicts(report: Report) -> list[dict[str, Any]]:
         elif not n and prop in groups and not complete:
             status, why = "not checked", "needs the logs of every rank of the gather"
         statement = what or stated
+        # a violated check names the profiles of the runs that violated it (a folder may hold runs of several)
+        found_in = sorted({profile_of[f.session] for f in report.findings if f.property == prop and f.session in profile_of})
         out.append({"category": category, "property": prop, "status": status, "violations": n, "known_defect": known,
-                    "why": why, "statement": statement, "profiles": profiles})
+                    "why": why, "statement": statement, "profiles": found_in if n and found_in else profiles})
     return out
 
 

@@ -343,3 +343,15 @@ def test_one_trace_per_window_and_a_cap_per_property(tmp_path: Path, monkeypatch
     rc, out, _ = check_log(str(logs), "--traces", str(tmp_path / "capped"))
     assert "traces (bounded-delay): 1 more window(s) of run 0 not written: at most 1 per property and run" in out
     assert len(list((tmp_path / "capped").glob("seed-bounded-delay-*.json"))) == 1
+
+
+def test_a_violation_names_the_profile_of_the_run_that_violated_it_not_every_run_s(tmp_path: Path) -> None:
+    """A folder holding a seed run (which refutes bounded-delay) and a clean hardened run: the violated check names
+    the seed alone as the profile whose known defect it is (it named both)."""
+    logs = tmp_path / "logs"
+    write_seed_unbounded_logs(logs / "seed", log_options=V1)
+    write_inprocess_logs(logs / "hardened", world=2, passes=40)
+    rc, out, err = check_log(str(logs / "seed"), str(logs / "hardened"), "--json", str(tmp_path / "r.json"))
+    assert rc == 1, out + err
+    assert "2 run(s)" in out and "a known defect of profile seed:" in out and "hardened" not in [
+        p for c in _json(tmp_path / "r.json")["checks"] if c["property"] == "bounded-delay" for p in c["profiles"]], out
