@@ -158,10 +158,7 @@ class Model:
                 terms.append(value if lit.positive else AO.Not(value))
             holds = broadcast(AO.And(*terms), n, np.bool_)
             fired = np.where(holds & (fired < 0), ti, fired)
-        order = np.argsort(fired, kind="stable")
-        rows_fired, firsts = np.unique(fired[order], return_index=True)
-        bounds = list(firsts[1:]) + [n]
-        passes_of = {int(ti): order[a:b] for ti, a, b in zip(rows_fired, firsts, bounds) if ti >= 0}
+        passes_of = {int(ti): np.flatnonzero(fired == ti) for ti in np.unique(fired) if ti >= 0}
         decided = {ti: self.policy.decide(AO, c, self.rows[ti], take(view, idx, n), take(local, idx, n))
                    for ti, idx in passes_of.items()}
 
