@@ -13,7 +13,7 @@ import z3
 
 from ..spec.fields import BOOL, CONTROL, COUNT, MAX_COUNT, OPT_SECONDS, REASON, SECONDS, TEXT, USAGE
 from ..spec.table import Table, holds
-from .z3ops import Z3Ops
+from .z3ops import And, EqInt, If, Z3Ops
 
 # Substituting the many definitional equalities (fresh max/floor variables, the
 # nested If terms of the table) before the SMT core runs makes these queries
@@ -44,7 +44,7 @@ class SymEnum:
         return other
 
     def __eq__(self, other: Any) -> Any:  # type: ignore[override]
-        return self.var == self._code(other)
+        return EqInt(self.var, self._code(other))
 
     def __ne__(self, other: Any) -> Any:  # type: ignore[override]
         return self.var != self._code(other)
@@ -195,7 +195,7 @@ def encode_pass(policy: Any, o: Z3Ops, c: Any, table: Table, st: Any, v: Any, s:
     nxt = [raw(x) for x in st]
     rows = [t for src in table.sources for t in table.by_source[src]]
     for t in reversed(rows):
-        fire = z3.And(st.control == t.source, holds(t, o, c, v, s))
+        fire = And(st.control == t.source, holds(t, o, c, v, s))
         d = policy.decide(o, c, t, v, s)
         new = {}
         for n in names:
@@ -204,7 +204,7 @@ def encode_pass(policy: Any, o: Z3Ops, c: Any, table: Table, st: Any, v: Any, s:
                 value = policy.reasons.index(value)
             elif kinds[n] == BOOL and isinstance(value, bool):
                 value = z3.BoolVal(value)
-            new[n] = z3.If(fire, value, outputs[n])
+            new[n] = If(fire, value, outputs[n])
         outputs = new
         after = []
         for i, (kind, value) in enumerate(zip(state_kinds, d.next_state)):
@@ -214,7 +214,7 @@ def encode_pass(policy: Any, o: Z3Ops, c: Any, table: Table, st: Any, v: Any, s:
                 value = z3.RealVal(0)
             elif kind == BOOL:
                 value = o.And(value)
-            after.append(z3.If(fire, value, nxt[i]))
+            after.append(If(fire, value, nxt[i]))
         nxt = after
     wrapped = {n: SymEnum(x, policy.reasons) if kinds[n] == REASON else x for n, x in outputs.items()}
     return Outcome(policy, wrapped, policy.state_cls(SymEnum(nxt[0], policy.states), *nxt[1:]))

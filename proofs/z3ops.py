@@ -92,6 +92,83 @@ def to_bool(x: Any) -> z3.BoolRef:
     return z3.BoolVal(x) if isinstance(x, bool) else x
 
 
+# Fast paths for the connectives the table and the guards build by the thousand. ``z3.And`` and its kin
+# check every argument's sort and context in Python before the one C call; for arguments that are
+# already Boolean (or, for ``If``, branches of one sort) these make that same C call on the same
+# arguments, so the terms, and the order Z3 creates them in, are unchanged (models and traces too).
+_BoolRef, _ArithRef, _IntNumRef, _RatNumRef, _SeqRef = z3.BoolRef, z3.ArithRef, z3.IntNumRef, z3.RatNumRef, z3.SeqRef
+_ARITH = (_ArithRef, _IntNumRef, _RatNumRef)
+
+
+def _and_or(make: Any, slow: Any, xs: tuple) -> Any:
+    for x in xs:
+        if type(x) is not _BoolRef:
+            return slow(*[to_bool(y) for y in xs])
+    ctx = xs[0].ctx
+    arr = (z3.Ast * len(xs))(*[x.ast for x in xs])
+    return _BoolRef(make(ctx.ref(), len(xs), arr), ctx)
+
+
+def And(*xs: Any) -> Any:
+    """``z3.And`` over terms and Python bools (``And()`` is true)."""
+    return _and_or(z3.Z3_mk_and, z3.And, xs) if xs else z3.BoolVal(True)
+
+
+def Or(*xs: Any) -> Any:
+    """``z3.Or`` over terms and Python bools (``Or()`` is false)."""
+    return _and_or(z3.Z3_mk_or, z3.Or, xs) if xs else z3.BoolVal(False)
+
+
+def Not(x: Any) -> Any:
+    if type(x) is not _BoolRef:
+        return z3.Not(to_bool(x))
+    ctx = x.ctx
+    return _BoolRef(z3.Z3_mk_not(ctx.ref(), x.ast), ctx)
+
+
+def If(c: Any, a: Any, b: Any) -> Any:
+    """``z3.If`` for a term condition (a Python bool picks its branch)."""
+    if isinstance(c, bool):
+        return a if c else b
+    if type(c) is _BoolRef:
+        ta, tb = type(a), type(b)
+        ctx = c.ctx
+        ref = ctx.ref()
+        if ta is tb is _BoolRef:
+            return _BoolRef(z3.Z3_mk_ite(ref, c.ast, a.ast, b.ast), ctx)
+        if ta in _ARITH and tb in _ARITH:
+            if z3.Z3_is_eq_sort(ref, z3.Z3_get_sort(ref, a.ast), z3.Z3_get_sort(ref, b.ast)):
+                return _ArithRef(z3.Z3_mk_ite(ref, c.ast, a.ast, b.ast), ctx)
+        elif ta is int and tb in _ARITH and _int_sorted(ref, b):
+            a = z3.IntVal(a, ctx)  # as z3.If casts it, before the ite
+            return _ArithRef(z3.Z3_mk_ite(ref, c.ast, a.ast, b.ast), ctx)
+        elif tb is int and ta in _ARITH and _int_sorted(ref, a):
+            b = z3.IntVal(b, ctx)
+            return _ArithRef(z3.Z3_mk_ite(ref, c.ast, a.ast, b.ast), ctx)
+        elif ta is str and (tb is str or tb is _SeqRef):
+            # a text output (SGLang's input_estimation): both arms as z3.If makes them, the first first
+            a = z3.StringVal(a, ctx)
+            if tb is str:
+                b = z3.StringVal(b, ctx)
+            return _SeqRef(z3.Z3_mk_ite(ref, c.ast, a.ast, b.ast), ctx)
+    return z3.If(c, a, b)
+
+
+def EqInt(x: Any, n: int) -> Any:
+    """``x == n`` for an integer term ``x`` and a Python int, the call ``x == n`` makes (``IntVal(n)`` first)."""
+    if type(n) is int and type(x) in _ARITH:
+        ctx = x.ctx
+        ref = ctx.ref()
+        if _int_sorted(ref, x):
+            k = z3.IntVal(n, ctx)
+            return _BoolRef(z3.Z3_mk_eq(ref, x.ast, k.ast), ctx)
+    return x == n
+
+
+def _int_sorted(ref: Any, x: Any) -> bool:
+    return type(x) is _IntNumRef or z3.Z3_get_sort_kind(ref, z3.Z3_get_sort(ref, x.ast)) == z3.Z3_INT_SORT
+
+
 def exact_real(x: Any) -> Any:
     """A Python number as its exact rational Z3 value; Z3 terms pass through."""
     if isinstance(x, bool):
@@ -111,22 +188,13 @@ class Z3Ops:
         self.side: list[z3.BoolRef] = []
         self._floor_mul: dict[tuple, Any] = {}
 
-    def And(self, *xs: Any) -> z3.BoolRef:
-        return z3.And(*[to_bool(x) for x in xs]) if xs else z3.BoolVal(True)
-
-    def Or(self, *xs: Any) -> z3.BoolRef:
-        return z3.Or(*[to_bool(x) for x in xs]) if xs else z3.BoolVal(False)
-
-    def Not(self, x: Any) -> z3.BoolRef:
-        return z3.Not(to_bool(x))
-
-    def If(self, c: Any, a: Any, b: Any) -> Any:
-        if isinstance(c, bool):
-            return a if c else b
-        return z3.If(c, a, b)
+    And = staticmethod(And)
+    Or = staticmethod(Or)
+    Not = staticmethod(Not)
+    If = staticmethod(If)
 
     def Min(self, a: Any, b: Any) -> Any:
-        return z3.If(a <= b, a, b)
+        return If(a <= b, a, b)
 
     def MaxOf(self, xs: Iterable[Any]) -> Any:
         """Max over ranks as a fresh variable bounded by linear constraints, not an If chain."""
@@ -145,7 +213,7 @@ class Z3Ops:
     def b2i(self, b: Any) -> Any:
         if isinstance(b, bool):
             return int(b)
-        return z3.If(b, z3.IntVal(1), z3.IntVal(0))
+        return If(b, z3.IntVal(1), z3.IntVal(0))
 
     def ceil_div(self, a: Any, b: Any) -> Any:
         return ceil_div_term(a, b, self.side)
