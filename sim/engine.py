@@ -128,7 +128,8 @@ def run_variant(config: SimConfig, variant: Variant, workload: Workload, progres
             group = ModelGroup([
                 RankScheduler(
                     r, config,
-                    PolicySite(PolicyCore(policy_conf, gather.gather_for(r), clock=clock), binding, outcomes[r])
+                    PolicySite(PolicyCore(policy_conf, gather.gather_for(r, policy_conf.policy.collective), clock=clock),
+                               binding, outcomes[r])
                     if gather is not None else None,
                     MaxPrefillBsTracker(variant.tracker),
                 )

@@ -25,6 +25,8 @@ from typing import Callable, Optional, Sequence
 
 from ..runtime.gather import GatherFn
 from ..runtime.inprocess import InProcessGroup
+from ..runtime.reduce import reduce_rows
+from ..spec.policy import ALL_GATHER
 
 Call = Callable[[], None]
 # Stack frames one rank adds while it waits inside its gather (negotiate, the executor, the gather).
@@ -39,13 +41,17 @@ class LockstepGather:
         self._rows: list[Optional[Sequence[int]]] = [None] * world_size
         self._calls: Sequence[Call] = ()
         self._flat: list[int] = []
+        self._reduced: list[int] = []
+        self._reduced_of: Optional[list[int]] = None  # the round's gathered rows the reduction above is of
         self._needed_depth = sys.getrecursionlimit()
         need = _FRAMES_PER_RANK * world_size + 200
         if need > sys.getrecursionlimit():
             self._needed_depth = need
 
-    def gather_for(self, rank: int) -> "_LockstepEnd":
-        return _LockstepEnd(self, rank)
+    def gather_for(self, rank: int, collective: str = ALL_GATHER) -> "_LockstepEnd":
+        """Rank ``rank``'s end; for a policy that all-reduces (``collective``, its ``Policy.collective``), one whose
+        ``all_reduce`` the runtime's ``ReduceCore`` calls: the round's rows reduced once for every rank."""
+        return _LockstepEnd(self, rank) if collective == ALL_GATHER else _LockstepReduceEnd(self, rank, collective)
 
     def run_round(self, calls: Sequence[Call]) -> None:
         """Run every rank's call (each takes part in the gather exactly once)."""
@@ -92,6 +98,26 @@ class _LockstepEnd:
         return [flat[i : i + n] for i in range(0, len(flat), n)]
 
 
+class _LockstepReduceEnd(_LockstepEnd):
+    """An end that all-reduces: each rank's gather of the round's rows, reduced by the runtime's ``reduce_rows``
+    (what ``ReduceCore`` does over any gather) once a round instead of once a rank; each rank gets its own copy,
+    as from ``TorchAllReduce``."""
+
+    __slots__ = ("op",)
+
+    def __init__(self, group: LockstepGather, rank: int, op: str) -> None:
+        super().__init__(group, rank)
+        self.op = op
+
+    def all_reduce(self, row: Sequence[int]) -> list[int]:
+        group = self._group
+        flat = group._exchange(self.rank, row)
+        if group._reduced_of is not flat:  # the first rank back from this round's gather reduces it
+            group._reduced = reduce_rows(group._rows, self.op, len(row))  # type: ignore[arg-type]
+            group._reduced_of = flat
+        return list(group._reduced)
+
+
 class ThreadedGather:
     """One thread per rank over ``InProcessGroup``; ``run_round`` runs each rank's call in its thread."""
 
@@ -107,7 +133,8 @@ class ThreadedGather:
         for t in self._threads:
             t.start()
 
-    def gather_for(self, rank: int) -> GatherFn:
+    def gather_for(self, rank: int, collective: str = ALL_GATHER) -> GatherFn:
+        """Rank ``rank``'s gather; a policy that all-reduces (``collective``) reduces the rows itself, each rank."""
         return self._group.gather_for(rank)
 
     def run_round(self, calls: Sequence[Call]) -> None:

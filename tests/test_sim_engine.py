@@ -27,15 +27,48 @@ def small(**kw) -> SimConfig:
     return SimConfig(**base)
 
 
-def test_lockstep_and_threaded_gathers_make_the_same_run():
-    """The single-thread lock-step gather and a thread per rank over InProcessGroup are the same collective."""
-    runs = {g: run_variant(small(gather=g), Variant.of("sglang-0.5.22"), POISSON) for g in ("lockstep", "threads")}
+def _first_profile_per_collective() -> list[str]:
+    """One simulated profile for each collective a policy declares (the all-gather, each all-reduce op)."""
+    from prefill_delayer.sim.options import SIMULATED
+    from prefill_delayer.spec.registry import policy_of
+
+    first: dict[str, str] = {"all_gather": "sglang-0.5.22"}
+    for name in SIMULATED:
+        first.setdefault(policy_of(name).collective, name)
+    return list(first.values())
+
+
+@pytest.mark.parametrize("profile", _first_profile_per_collective())
+def test_lockstep_and_threaded_gathers_make_the_same_run(profile, monkeypatch):
+    """The single-thread lock-step gather and a thread per rank over InProcessGroup are the same collective, for
+    each kind of collective: for an all-reduce the lock-step ends reduce once a round, the threaded ranks each."""
+    import prefill_delayer.runtime.reduce as runtime_reduce
+    import prefill_delayer.sim.gather as sim_gather
+    from prefill_delayer.spec.registry import policy_of
+
+    reductions = {"lockstep": 0, "threads": 0}
+    gather_kind = ["lockstep"]
+
+    def counted(rows, op, row_len, _real=runtime_reduce.reduce_rows):
+        reductions[gather_kind[0]] += 1
+        return _real(rows, op, row_len)
+
+    monkeypatch.setattr(sim_gather, "reduce_rows", counted)
+    monkeypatch.setattr(runtime_reduce, "reduce_rows", counted)
+    runs = {}
+    for g in ("lockstep", "threads"):
+        gather_kind[0] = g
+        runs[g] = run_variant(small(gather=g), Variant.of(profile), POISSON)
     a, b = runs["lockstep"], runs["threads"]
     assert a.passes == b.passes == 300
     assert bytes(a.decision) == bytes(b.decision)
     assert a.prefill.tobytes() == b.prefill.tobytes()
     assert a.running.tobytes() == b.running.tobytes()
     assert len(set(a.decision)) > 2  # the run exercised several outcomes, not one
+    if policy_of(profile).collective == "all_gather":
+        assert reductions == {"lockstep": 0, "threads": 0}
+    else:
+        assert reductions == {"lockstep": 300, "threads": 300 * 3}
 
 
 @pytest.mark.parametrize("profile", [*PROFILES, "sglang-0.5.20"])
