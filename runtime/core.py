@@ -26,6 +26,8 @@ different passes. ``skip()`` announces a skip in the pass itself.
 from __future__ import annotations
 
 import functools
+import itertools
+import math
 import time
 import types
 import weakref
@@ -34,8 +36,8 @@ from typing import Any, Callable, Optional, Sequence
 from ..fsm import DelayerMachine, Step
 from ..fsm.compiled import CompiledStep
 from ..spec.errors import ConfigError
-from ..spec.fields import clock_problem
-from ..spec.inputs import CLOCK
+from ..spec.fields import SECONDS, clock_problem, quick_test
+from ..spec.inputs import CLOCK, checks_of
 from ..spec.policy import ALL_GATHER
 from .decision_log import DecisionLog, open_decision_log
 from .envelope import PASS_MASK, Envelope, ensure_rows, envelope_positions
@@ -288,15 +290,16 @@ def negotiate(self, {params}):
     step = self._step
     state = step.finalize(self._state)
     pass_number = self._passes + 1
-    problems = self._problems({args})
+    problems = [] if {valid} else self._problems({args})
     clock_error = None
     try:
         now = self._clock()
     except Exception as err:  # still take part in the gather: the peers must not hang
         now, clock_error = None, err
-    problem = _clock_problem(now, clock_error)
-    if problem is not None:
-        problems = [*problems, (_CLOCK, problem)]
+    if clock_error is not None or not ({clock_valid}):  # the usual reading passes this test alone
+        problem = _clock_problem(now, clock_error)
+        if problem is not None:
+            problems = [*problems, (_CLOCK, problem)]
     stamp = self._stamp
     if problems:
         row = self.envelope.error_row(problems, stamp)
@@ -313,9 +316,9 @@ def negotiate(self, {params}):
         raise failure from err
     try:
         if gather_flat is None:
-            if len(flat) != self._world_size or any(len(r) != {n} for r in flat):
+            if len(flat) != self._world_size or any(map(({n}).__ne__, map(len, flat))):  # a row's length, lazily
                 _ensure_rows(flat, self.envelope, pass_number, self._group)  # raises, saying what came back
-            flat = [x for r in flat for x in r]
+            flat = list(_chain(flat))
         world = self._world_size
         if (
             problems
@@ -363,8 +366,11 @@ def _compiled_pass(policy_name: str) -> Callable[..., Any]:
         args=", ".join(names),
         local="".join(f"{by_name[n]}, " for n in policy.local_inputs),
         readings="".join(f"{by_name[n]}, " for n, _ in policy.log.readings),
+        valid=checks_of(policy).quick_source,  # the input checks' own test, inline: no call for valid arguments
+        clock_valid=quick_test(SECONDS, "now"),
     )
-    namespace: dict[str, Any] = {"_clock_problem": clock_problem, "_CLOCK": CLOCK, "_ensure_rows": ensure_rows}
+    namespace: dict[str, Any] = {"_clock_problem": clock_problem, "_CLOCK": CLOCK, "_ensure_rows": ensure_rows,
+                                 "_chain": itertools.chain.from_iterable, "_INF": math.inf}
     exec(compile(source, f"<prefill_delayer.runtime.core pass of {policy_name}>", "exec"), namespace)
     fn: Callable[..., Any] = namespace["negotiate"]
     fn.__doc__ = PolicyCore.negotiate.__doc__

@@ -239,8 +239,9 @@ class PrefillDelayerSinglePassExecutor:
         if result is None:
             self.negotiate_should_allow_prefill(**delayer.host.idle_call)
             result = self._result
-        record_single_pass_result(actual_prefill, result, delayer._metrics_collector, delayer.host,
-                                  debug_log_enabled=delayer._debug_log_enabled)
+        if delayer._debug_log_enabled or delayer._metrics_collector is not None:  # else the record does nothing
+            record_single_pass_result(actual_prefill, result, delayer._metrics_collector, delayer.host,
+                                      debug_log_enabled=delayer._debug_log_enabled)
         delayer.finalize()
 
     def negotiate_should_allow_prefill(

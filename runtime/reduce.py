@@ -34,11 +34,12 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import logging
 from typing import Any, Callable, NoReturn, Optional, Sequence
 
 from ..spec.errors import ConfigError, PassInputError
-from ..spec.fields import clock_problem
+from ..spec.fields import SECONDS, clock_problem, quick_test
 from ..spec.inputs import CLOCK, checks_of
 from ..spec.policy import ALL_GATHER, ALL_REDUCE_MAX, ALL_REDUCE_SUM
 from .core import CollectiveError, PolicyCore
@@ -303,15 +304,16 @@ def negotiate(self, {params}):
     step = self._step
     state = step.finalize(self._state)
     pass_number = self._passes + 1
-    problems = self._problems({args})
+    problems = [] if {valid} else self._problems({args})
     clock_error = None
     try:
         now = self._clock()
     except Exception as err:  # still take part in the reduce: the peers must not hang
         now, clock_error = None, err
-    problem = _clock_problem(now, clock_error)
-    if problem is not None:
-        problems = [*problems, (_CLOCK, problem)]
+    if clock_error is not None or not ({clock_valid}):  # the usual reading passes this test alone
+        problem = _clock_problem(now, clock_error)
+        if problem is not None:
+            problems = [*problems, (_CLOCK, problem)]
     row = self.envelope.error_row(problems) if problems else self._contribution(step.row(state, now, {args}))
     try:
         reduced = self._collect(row)
@@ -353,8 +355,10 @@ def _compiled_reduce_pass(policy_name: str) -> Callable[..., Any]:
     params = ", ".join(f.name if f.default is None else f"{f.name}={f.default!r}" for f in policy.inputs)
     source = _REDUCE_PASS.format(params=params, args=", ".join(policy.input_names),
                                  local="".join(f"{n}, " for n in policy.local_inputs),
-                                 readings="".join(f"{n}, " for n, _ in policy.log.readings))
-    namespace: dict[str, Any] = {"_clock_problem": clock_problem, "_CLOCK": CLOCK, "_CollectiveError": CollectiveError}
+                                 readings="".join(f"{n}, " for n, _ in policy.log.readings),
+                                 valid=checks_of(policy).quick_source, clock_valid=quick_test(SECONDS, "now"))
+    namespace: dict[str, Any] = {"_clock_problem": clock_problem, "_CLOCK": CLOCK, "_CollectiveError": CollectiveError,
+                                 "_INF": math.inf}
     exec(compile(source, f"<prefill_delayer.runtime.reduce pass of {policy_name}>", "exec"), namespace)
     fn: Callable[..., Any] = namespace["negotiate"]
     fn.__doc__ = PolicyCore.negotiate.__doc__

@@ -26,16 +26,18 @@ class InputChecks:
         self.names = tuple(f.name for f in self.fields)
         self.mask_fields_order = self.names + (CLOCK,)
         self.input_cls = policy.input_cls
+        # An expression over the inputs' names (and ``_INF``), true only for arguments with no problem: the usual
+        # ones pass it in one comparison chain. A compiled pass may test it inline before calling ``problems``.
+        self.quick_source = " and ".join(f"({quick_test(f.kind, name)})" for name, f in zip(self.names, self.fields))
         self.problems: Callable[..., list[tuple[str, str]]] = self._compile()
 
     def _compile(self) -> Callable[..., list[tuple[str, str]]]:
         params = ", ".join(
             name if f.default is None else f"{name}={f.default!r}" for name, f in zip(self.names, self.fields)
         )
-        test = " and ".join(f"({quick_test(f.kind, name)})" for name, f in zip(self.names, self.fields))
         source = (
             f"def problems({params}):\n"
-            f"    if {test}:\n"
+            f"    if {self.quick_source}:\n"
             f"        return []\n"
             f"    return _slow(_cls({', '.join(self.names)}))\n"
         )
