@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from itertools import chain
 from typing import Callable, Optional, Sequence
 
 from ..runtime.gather import GatherFn
@@ -29,6 +30,7 @@ from ..runtime.reduce import reduce_rows
 from ..spec.policy import ALL_GATHER
 
 Call = Callable[[], None]
+_chain = chain.from_iterable
 # Stack frames one rank adds while it waits inside its gather (negotiate, the executor, the gather).
 _FRAMES_PER_RANK = 6
 
@@ -74,7 +76,7 @@ class LockstepGather:
         if rank + 1 < self.world_size:
             self._calls[rank + 1]()  # the next rank's pass, up to and through its own gather
         else:
-            self._flat = [x for r in self._rows for x in r]  # type: ignore[union-attr]
+            self._flat = list(_chain(self._rows))  # type: ignore[arg-type]
         return self._flat
 
 

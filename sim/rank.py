@@ -52,6 +52,8 @@ from .policy_site import Facts, PolicySite
 from .trackers import MaxPrefillBsTracker, attempted_prefill_bs
 from .workload import Request
 
+_new_tuple = tuple.__new__
+
 # What ``schedule`` yields when this rank negotiates as prefillable:
 # (running_batch, max_prefill_bs, max_running_requests, waiting_queue_len).
 NegotiateArgs = tuple[int, int, int, int]
@@ -214,12 +216,13 @@ class RankScheduler:
                 head_fits = _ceil(head.prompt, self._page) + self._page <= self._capacity - self.allocated - reserved
             oldest_wait = max(0.0, now - head.arrival)
         prefillable = bool(waiting) or chunked is not None
-        # Positional, in Facts' field order (a keyword call costs more, once per rank and pass).
-        return Facts(
+        # In Facts' field order, every field given: the tuple built as NamedTuple's own __new__ builds it, without
+        # that Python-level call (once per rank and pass).
+        return _new_tuple(Facts, (
             self.allocated / self._capacity, n_running, self.tracker.value, self._mrr, len(waiting), self.extended,
             prefillable, self._waiting_tokens + left, chunked is not None, left, head_fits, oldest_wait, self.backlog,
             prefillable or bool(running), self._chunk,
-        )
+        ))
 
     # ----- one pass: admission ------------------------------------------------
 

@@ -79,6 +79,8 @@ def test_the_facts_of_a_rank_with_a_chunk_in_progress_and_a_queue() -> None:
     r.receive(Request(1, 1.0, 3000, 4), False)
     r.receive(Request(2, 2.0, 500, 4), False)
     f0 = r.facts(2.5)
+    assert type(f0) is Facts and len(f0) == len(Facts._fields)  # built without Facts' __new__: every field given
+    assert Facts(*f0) == f0
     assert f0.pending_prefill_tokens == 3500 and not f0.chunk_in_progress and f0.chunk_tokens_left == 0
     assert f0.head_fits and f0.oldest_wait_s == pytest.approx(1.5) and f0.has_requests and not f0.backlog
     assert f0.prefill_budget == 1024 and f0.running_batch == 0 and not f0.extended
