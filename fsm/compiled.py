@@ -378,12 +378,16 @@ class _Generator:
         # finalize(state) -> State: the table's finalize rows; a state without one is already finalized.
         out.append("def finalize(state):")
         out.append("    control = state[0]")
-        for t in table:
-            if t.event == FINALIZE and t.dest != t.source:
-                out.append(f"    if control == {t.source!r}:")
-                out.append(f"        return _new(_State, ({t.dest!r},) + state[1:])")
+        for t in finalize_rows(table):
+            out.append(f"    if control == {t.source!r}:")
+            out.append(f"        return _new(_State, ({t.dest!r},) + state[1:])")
         out.append("    return state")
         return "\n".join(out) + "\n"
+
+
+def finalize_rows(table: Table) -> list[Transition]:
+    """The table's finalize rows that change the control state: from any other state ``finalize`` is the identity."""
+    return [t for t in table if t.event == FINALIZE and t.dest != t.source]
 
 
 class NoTransition(AssertionError):
@@ -441,6 +445,8 @@ class CompiledStep:
         self.row: Callable[..., list] = namespace["row"]
         self.negotiate: Callable[..., Any] = namespace["negotiate"]
         self.finalize: Callable[[Any], Any] = namespace["finalize"]
+        # The control states ``finalize`` changes (``state[0]``): a caller may skip the call for any other.
+        self.finalizing = frozenset(t.source for t in finalize_rows(self.table))
 
     def __repr__(self) -> str:
         return f"CompiledStep({self.config!r})"

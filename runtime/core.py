@@ -96,6 +96,7 @@ class PolicyCore:
         self._world_size = c.world_size
         self._flat_len = env.flat_len
         self._fingerprint = env.fingerprint
+        self._fingerprints, self._no_errors = [env.fingerprint] * c.world_size, [0] * c.world_size  # the pass's checks
         self._n = env.row_len
         self._f_error, self._f_fingerprint = env.f_error, env.f_fingerprint
         # An all-reduce's row (``runtime.reduce``) is reduced, not one row per rank: it carries no pass stamp.
@@ -103,6 +104,7 @@ class PolicyCore:
         self._problems = env.checks.problems
         # The compiled row ends with the envelope of a valid row, the stamp's slot 0 (each pass sets it: no append).
         self._step = CompiledStep(c, row_tail=(*env.tail, 0) if self._f_stamp is not None else env.tail, row_len=env.row_len)
+        self._finalizing = self._step.finalizing
         self._shadow: Optional[DelayerMachine] = DelayerMachine(c, self._step.table) if get_bool_env_var(CROSSCHECK_ENV) else None
         self._pure = Step(c, self._step.table)
         self._state = policy.init
@@ -203,7 +205,7 @@ class PolicyCore:
         stamp = self._stamp + 1
         self._stamp = stamp if stamp != self._stamp_wrap else stamp - PASS_MASK - 1
         before = self._state
-        after = self._step.finalize(before)
+        after = self._step.finalize(before) if before[0] in self._finalizing else before
         if self._shadow is not None and after != before:  # a state without a finalize row is already finalized
             self._shadow.restore(before)
             want = self._shadow.finalize()
@@ -262,6 +264,15 @@ class PolicyCore:
             pass_number=pass_number, group=self._group,
         )
 
+    def _unclean(self, flat: Sequence[int], pass_number: int, problems: list, clock_error: Optional[BaseException],
+                 stamp: int) -> list[int]:
+        """The pass's quick check of the gathered rows failed. It compares columns with lists, so rows that came
+        back as another sequence (a ``gather_flat`` returning a tuple or an array) are checked again by the
+        envelope's own test and go on, as a list, when clean; anything else raises the error they call for."""
+        if not problems and not isinstance(flat, list) and self.envelope.clean(flat, stamp):
+            return list(flat)
+        self.envelope.reject(flat, pass_number, self._group, problems, clock_error, self._gather_again)
+
     def _gather_again(self, row: list[int]) -> Sequence[int]:
         """One more row through this pass's gather (a rejected pass's detail: ``runtime.failure_detail``)."""
         if self._gather_flat is not None:
@@ -288,7 +299,9 @@ class PolicyCore:
 _PASS = """
 def negotiate(self, {params}):
     step = self._step
-    state = step.finalize(self._state)
+    state = self._state
+    if state[0] in self._finalizing:  # a pass that negotiated and did not end with finalize
+        state = step.finalize(state)
     pass_number = self._passes + 1
     problems = [] if {valid} else self._problems({args})
     clock_error = None
@@ -319,15 +332,16 @@ def negotiate(self, {params}):
             if len(flat) != self._world_size or any(map(({n}).__ne__, map(len, flat))):  # a row's length, lazily
                 _ensure_rows(flat, self.envelope, pass_number, self._group)  # raises, saying what came back
             flat = list(_chain(flat))
-        world = self._world_size
+        # Every rank's row carries this configuration's fingerprint, this pass's stamp and no error: the
+        # fingerprint and error columns compared whole with this rank's own (``world`` copies), the stamp counted.
         if (
             problems
             or len(flat) != self._flat_len
-            or flat[{f_fingerprint}::{n}].count(self._fingerprint) != world
-            or flat[{f_stamp}::{n}].count(stamp) != world
-            or flat[{f_error}::{n}].count(0) != world
+            or flat[{f_fingerprint}::{n}] != self._fingerprints
+            or flat[{f_error}::{n}] != self._no_errors
+            or flat[{f_stamp}::{n}].count(stamp) != self._world_size
         ):
-            self.envelope.reject(flat, pass_number, self._group, problems, clock_error, self._gather_again)
+            flat = self._unclean(flat, pass_number, problems, clock_error, stamp)
     except Exception as failure:
         if self._log is not None:
             self._log.failed(pass_number, now, self._inputs_dict(({args},)), flat, state, failure)
@@ -345,7 +359,7 @@ def negotiate(self, {params}):
 
 
 _PASS_LOCALS = frozenset({"self", "step", "state", "pass_number", "problems", "clock_error", "now", "err", "problem", "row", "stamp",
-                          "gather_flat", "flat", "failure", "world", "r", "x", "decision", "log"})
+                          "gather_flat", "flat", "failure", "decision", "log"})
 
 
 @functools.lru_cache(maxsize=None)

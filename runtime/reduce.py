@@ -302,7 +302,9 @@ class ReduceCore(PolicyCore):
 _REDUCE_PASS = """
 def negotiate(self, {params}):
     step = self._step
-    state = step.finalize(self._state)
+    state = self._state
+    if state[0] in self._finalizing:  # a pass that negotiated and did not end with finalize
+        state = step.finalize(state)
     pass_number = self._passes + 1
     problems = [] if {valid} else self._problems({args})
     clock_error = None

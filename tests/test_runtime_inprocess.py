@@ -422,6 +422,21 @@ def test_malformed_flat_gather_result_is_a_collective_error() -> None:
     assert ok.negotiate(True, 0.9).output_allow  # the flat path, well formed
 
 
+def test_a_flat_gather_may_return_any_sequence_of_ints() -> None:
+    """The pass's quick check compares columns with lists; a tuple or an array of the same ints is as good."""
+    import array
+
+    for make in (lambda row: tuple(row + row), lambda row: array.array("q", row + row)):
+        d = delayer(2, _FlatGather(make))
+        for _ in range(3):
+            assert d.negotiate(True, 0.9).output_allow
+            d.finalize()
+        assert d.passes == 3
+    bad = delayer(2, _FlatGather(lambda row: tuple(row + row[:-1]) + (1,)))  # the second rank's stamp is wrong
+    with pytest.raises(CollectiveError):
+        bad.negotiate(True, 0.9)
+
+
 def test_a_gather_that_loses_this_ranks_row_is_a_collective_error() -> None:
     foreign = delayer(1, lambda row: [list(row)], max_delay_passes=7)._fingerprint
     d = delayer(1, lambda row: [row[:F_FINGERPRINT] + [foreign] + row[F_FINGERPRINT + 1:]])  # one row, not this rank's
