@@ -36,3 +36,44 @@ def test_the_decision_log_benchmark_exits_1_when_it_misses(monkeypatch: pytest.M
     assert last.startswith("MISSED TARGET: check-log reads ") and "fewer than 1,000,000,000,000" in last
     monkeypatch.setattr(decision_log, "CHECK_TARGET_PER_S", 0)
     assert decision_log.main(argv) == 0
+
+
+def test_the_instruction_count_benchmark_judges_against_the_other_build(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, tmp_path
+) -> None:
+    """The arithmetic and the verdict, with the callgrind counts given; the counted loop itself runs as written."""
+    import subprocess
+    import sys
+
+    from prefill_delayer.benchmarks import runtime_instructions as ri
+
+    other = tmp_path / "prefill_delayer" / "benchmarks"
+    other.mkdir(parents=True)
+    (other / "runtime.py").write_text("")
+    per_pass = {None: 1000, str(tmp_path): 1000}
+
+    def count(passes: int, seed: int, path, out_dir: str) -> int:
+        return 5_000_000 + passes * per_pass[path] + seed  # the start cancels out, the seed moves nothing here
+
+    monkeypatch.setattr(ri, "_count", count)
+    monkeypatch.setattr(ri.shutil, "which", lambda name: "/usr/bin/" + name)
+    argv = ["--passes", "10,30", "--seeds", "0,1", "--vs", str(tmp_path)]
+    assert ri.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "median over 2 hash seeds: 1,000" in out and "(+0.0%)" in out and out.endswith("every target met\n")
+    per_pass[None] = 1010  # +1%: past what the hash seed and the layout move
+    assert ri.main(argv) == 1
+    assert capsys.readouterr().out.splitlines()[-1].startswith("MISSED TARGET: 1,010 instructions per pass, more than")
+    per_pass[None] = 1004  # +0.4%: inside it
+    assert ri.main(argv) == 0
+    capsys.readouterr()
+    assert ri.main(["--passes", "10,30"]) == 0  # nothing to judge against: said so
+    assert "(not judged: no --vs build to compare with)" in capsys.readouterr().out
+    for bad in (["--passes", "30,10"], ["--passes", "x"], ["--vs", str(tmp_path / "nothing")]):
+        with pytest.raises(SystemExit) as exit_:
+            ri.main(bad)
+        assert exit_.value.code == 2
+    monkeypatch.setattr(ri.shutil, "which", lambda name: None)
+    assert ri.main([]) == 2 and "valgrind is not installed" in capsys.readouterr().err
+    done = subprocess.run([sys.executable, "-c", ri.CHILD, "5"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
