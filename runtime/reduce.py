@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import math
 import logging
+import math
 from typing import Any, Callable, NoReturn, Optional, Sequence
 
 from ..spec.errors import ConfigError, PassInputError

@@ -10,7 +10,8 @@ that hands every rank the rows of the pass.
   starts the next rank's call, whose gather does the same; the last rank's
   gather has every row, and each gather returns them as the calls unwind. Each
   ``negotiate`` runs once, in rank order, without a thread switch; the ranks
-  are nested ``depth`` deep on the stack (a few frames each).
+  are nested ``depth`` deep on the stack (a few frames each). For a policy that all-reduces, each end
+  also offers ``all_reduce``: the round's rows reduced once, by the runtime's own ``reduce_rows``.
 * ``ThreadedGather``: one thread per rank, over ``runtime.InProcessGroup`` (the
   barrier-based in-process gather of the runtime), driven pass by pass.
 
