@@ -5,8 +5,10 @@
 Two workloads: the #35241 scenario (closed-loop long prompts, ranks drifted,
 most passes prefill), and a saturated Poisson load (128 running requests per
 rank, many admissions and completions per pass). Each profile runs the full
-number of passes on each; the target is 10,000 passes at DP=8 in 20 s or less
-per profile. This is not a test: timings on a shared machine vary.
+number of passes on each. Two targets: at DP=8, every profile on the lock-step
+gather (the simulator's default) runs at least 10,000 passes per second; and
+every run, the threaded gather's too, takes at most 20 s per 10,000 passes.
+This is not a test: timings on a shared machine vary.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import argparse
 import os
 import sys
 import time
+from typing import Optional
 
 from . import verdict
 from ..runtime.delayer import CROSSCHECK_ENV
@@ -25,6 +28,11 @@ from ..sim.workload import Lengths, LongPrompt, Poisson
 
 TARGET_S = 20.0
 TARGET_PASSES = 10_000
+# The simulator's own speed target (the policy-interface and simulator-fidelity issues): passes per second at DP=8,
+# every profile, on the lock-step gather.
+TARGET_RATE = 10_000.0
+TARGET_RATE_DP = 8
+TARGET_RATE_GATHER = "lockstep"
 
 
 def workloads(dp_size: int) -> dict[str, object]:
@@ -51,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"note: {CROSSCHECK_ENV} is set: every pass is also fired through the transitions machine (slower)")
     profiles = args.profile or list(PROFILES)
     worst = 0.0
+    slowest: Optional[tuple[float, str, str]] = None  # (passes/s, workload, profile) of the judged runs
     print(f"DP={args.dp_size}, {args.passes} passes per run; seconds and passes/s per profile")
     for wname, workload in workloads(args.dp_size).items():
         for gather in gathers:
@@ -61,14 +70,29 @@ def main(argv: list[str] | None = None) -> int:
                 elapsed = time.perf_counter() - start
                 per_10k = elapsed * TARGET_PASSES / max(result.passes, 1)
                 worst = max(worst, per_10k)
+                rate = result.passes / elapsed
+                if gather == TARGET_RATE_GATHER and (slowest is None or rate < slowest[0]):
+                    slowest = (rate, wname, name)
                 running = result.summary().running_per_rank
                 print(
                     f"{wname:30s} {gather:9s} {name:14s} {result.passes:6d} passes {elapsed:6.2f} s "
                     f"{result.passes / elapsed:8,.0f} passes/s ({per_10k:5.2f} s per {TARGET_PASSES:,}; {running:5.1f} running/rank)"
                 )
+    missed, not_judged = [], []
     met = "met" if worst <= TARGET_S else "MISSED"
     print(f"target: {TARGET_PASSES:,} passes at DP=8 in <= {TARGET_S:g} s per profile; slowest run {worst:.2f} s per {TARGET_PASSES:,}: {met}")
-    return verdict([] if worst <= TARGET_S else [f"the slowest run takes {worst:.2f} s per {TARGET_PASSES:,} passes, more than {TARGET_S:g}"])
+    if worst > TARGET_S:
+        missed.append(f"the slowest run takes {worst:.2f} s per {TARGET_PASSES:,} passes, more than {TARGET_S:g}")
+    if slowest is None or args.dp_size != TARGET_RATE_DP:
+        not_judged.append(f"{TARGET_RATE:,.0f} passes/s (needs --dp-size {TARGET_RATE_DP} and the {TARGET_RATE_GATHER} gather)")
+    else:
+        rate, wname, name = slowest
+        met = "met" if rate >= TARGET_RATE else "MISSED"
+        print(f"target: >= {TARGET_RATE:,.0f} passes/s at DP={TARGET_RATE_DP} on the {TARGET_RATE_GATHER} gather, every profile; "
+              f"slowest {rate:,.0f} ({name}, {wname}): {met}")
+        if rate < TARGET_RATE:
+            missed.append(f"{name} runs {rate:,.0f} passes/s on {wname}, fewer than {TARGET_RATE:,.0f}")
+    return verdict(missed, not_judged)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from .dispatch import Dispatcher
 from .errors import SimInputError
 from .gather import make_gather
 from .policy_site import PolicySite, binding_of, policy_config
-from .rank import RankScheduler
+from .rank import NegotiateArgs, RankScheduler
 from .result import RunResult
 from .trackers import MaxPrefillBsTracker
 from .workload import Request, Workload, largest_request
@@ -159,6 +159,23 @@ class ModelGroup:
         self.outcomes = outcomes
         self.gather = gather
         self._ran = False  # whether any rank ran a forward last pass (then every rank ran a batch, idle or not)
+        self._now = 0.0  # the pass in progress's start, read by the rank calls
+        # Each rank's pass up to the end of its admission, built once: the collective round runs them.
+        self._calls = [self._rank_pass(r) for r in ranks] if gather is not None else []
+
+    def _rank_pass(self, r: RankScheduler) -> Callable[[], None]:
+        """Rank ``r``'s ``get_new_batch_prefill``: its admission, whose call site negotiates through its policy's
+        executor (the gather inside runs the next rank's call, on the lock-step gather), then ``finalize``, which
+        negotiates the idle inputs when no call site asked (every rank takes part in the round once)."""
+        ask = r.delayer.ask  # type: ignore[union-attr]
+        group = self
+
+        def rank_pass() -> None:
+            batch = r.schedule(group._now, ask)
+            r.finish_schedule(batch)
+            r.batch = batch
+
+        return rank_pass
 
     def receive(self, rank: int, req: Request, group_ran: bool) -> bool:
         return self.ranks[rank].receive(req, group_ran)
@@ -175,38 +192,16 @@ class ModelGroup:
         Returns each rank's work (prefill tokens, decoding requests), each rank's finished
         requests, and the output tokens the result processing produced.
         """
-        ranks, dp = self.ranks, len(self.ranks)
-        gens, asks, batches = [], [], [None] * dp
-        for i, r in enumerate(ranks):
-            gen = r.schedule(now)
-            try:
-                asks.append(next(gen))
-                gens.append(gen)
-            except StopIteration as stop:
-                batches[i] = stop.value
-                asks.append(None)
-                gens.append(None)
+        ranks = self.ranks
         # The collective round: every rank negotiates once (finalize negotiates as not prefillable).
-        verdicts: list[Optional[bool]] = [None] * dp
         if self.gather is not None:
-            self.gather.run_round([_call(r, ask, verdicts, i) for i, (r, ask) in enumerate(zip(ranks, asks))])
+            self._now = now
+            self.gather.run_round(self._calls)
         else:
-            _no_delayer(asks, verdicts, self.outcomes)
-        for i, r in enumerate(ranks):
-            gen = gens[i]
-            if gen is not None:
-                try:
-                    gen.send(verdicts[i])
-                    raise AssertionError("a rank asked its policy twice in one pass")
-                except StopIteration as stop:
-                    batches[i] = stop.value
-                r.finish_schedule(batches[i])
-            else:
-                r.tracker.end_pass(0, None)
-            r.batch = batches[i]
+            _no_delayer(ranks, now, self.outcomes)
         if self.outcomes[0].estimation == "":  # a policy with no estimation of its own: which ranks had prefill work
             _estimate(ranks, self.outcomes)
-        work = [r.run(batches[i]) for i, r in enumerate(ranks)]
+        work = [r.run(r.batch) for r in ranks]
         finished = []
         tokens = 0
         ran = self._ran
@@ -304,18 +299,6 @@ def _loop(config: SimConfig, variant: Variant, group, source, clock_now, result:
         progress(label, done, passes, now, final=True)
 
 
-def _call(rank: RankScheduler, ask, verdicts: list, i: int) -> Callable[[], None]:
-    executor = rank.executor
-    if ask is None:
-        # No call site reached: the executor's finalize negotiates as not prefillable, then records.
-        return lambda: executor.finalize(actual_prefill=False)
-
-    def negotiate() -> None:
-        verdicts[i] = executor.negotiate_should_allow_prefill(True, *ask)
-
-    return negotiate
-
-
 def _estimate(ranks: Sequence[RankScheduler], outcomes: list[_Outcome]) -> None:
     """The pass's status from the ranks' prefill work (none, mixed, all), for a policy whose decision has none."""
     working = sum(r.had_work for r in ranks)
@@ -324,13 +307,18 @@ def _estimate(ranks: Sequence[RankScheduler], outcomes: list[_Outcome]) -> None:
         o.estimation = estimation
 
 
-def _no_delayer(asks: list, verdicts: list, outcomes: list[_Outcome]) -> None:
+def _allow(_args: NegotiateArgs) -> bool:
+    return True
+
+
+def _no_delayer(ranks: Sequence[RankScheduler], now: float, outcomes: list[_Outcome]) -> None:
     """Without a delayer every call site proceeds; the status is still recorded, for comparison."""
-    asking = sum(a is not None for a in asks)
-    estimation = "none" if asking == 0 else "all" if asking == len(asks) else "mixed"
-    for i, a in enumerate(asks):
-        verdicts[i] = True if a is not None else None
-        o = outcomes[i]
+    for r in ranks:
+        r.batch = r.schedule(now, _allow)
+    asking = sum(r.negotiated is not None for r in ranks)  # the ranks whose admission reached a call site
+    estimation = "none" if asking == 0 else "all" if asking == len(ranks) else "mixed"
+    for r, o in zip(ranks, outcomes):
+        r.finish_schedule(r.batch)
         o.estimation, o.allow, o.reason, o.forward_passes = estimation, True, "off", 0
 
 

@@ -32,8 +32,9 @@ from ..spec.policy import ALL_GATHER
 
 Call = Callable[[], None]
 _chain = chain.from_iterable
-# Stack frames one rank adds while it waits inside its gather (negotiate, the executor, the gather).
-_FRAMES_PER_RANK = 6
+# Stack frames one rank adds while it waits inside its gather (its pass, the admission, the call site, negotiate,
+# the gather; or its pass, finalize, negotiate, the gather), with room to spare.
+_FRAMES_PER_RANK = 9
 
 
 class LockstepGather:
@@ -72,14 +73,6 @@ class LockstepGather:
     def close(self) -> None:
         """Nothing to release (the threaded driver's counterpart stops its threads)."""
 
-    def _exchange(self, rank: int, row: Sequence[int]) -> list[int]:
-        self._rows[rank] = row
-        if rank + 1 < self.world_size:
-            self._calls[rank + 1]()  # the next rank's pass, up to and through its own gather
-        else:
-            self._flat = list(_chain(self._rows))  # type: ignore[arg-type]
-        return self._flat
-
 
 class _LockstepEnd:
     """Rank ``rank``'s gather: ``gather_flat`` is what ``PrefillDelayer`` calls when present."""
@@ -93,7 +86,16 @@ class _LockstepEnd:
         self.description = f"lock-step in-process gather ({group.world_size} ranks, this rank {rank})"
 
     def gather_flat(self, row: Sequence[int]) -> list[int]:
-        return self._group._exchange(self.rank, row)
+        """Store this rank's row and start the next rank's call; the last rank's gather has every row, and each
+        gather returns them as the calls unwind."""
+        group = self._group
+        rank = self.rank
+        group._rows[rank] = row
+        if rank + 1 < group.world_size:
+            group._calls[rank + 1]()  # the next rank's pass, up to and through its own gather
+        else:
+            group._flat = list(_chain(group._rows))  # type: ignore[arg-type]
+        return group._flat
 
     def __call__(self, row: Sequence[int]) -> list[list[int]]:
         flat = self.gather_flat(row)
@@ -114,7 +116,7 @@ class _LockstepReduceEnd(_LockstepEnd):
 
     def all_reduce(self, row: Sequence[int]) -> list[int]:
         group = self._group
-        flat = group._exchange(self.rank, row)
+        flat = self.gather_flat(row)
         if group._reduced_of is not flat:  # the first rank back from this round's gather reduces it
             group._reduced = reduce_rows(group._rows, self.op, len(row))  # type: ignore[arg-type]
             group._reduced_of = flat

@@ -1,9 +1,9 @@
 """A policy the simulated scheduler consults through the spec's ``SimBinding``, not through SGLang's delayer API.
 
-A policy that SGLang's delayer call sites drive (``Policy.host``) runs in the
-simulator as it runs in SGLang: the drop-in ``PrefillDelayer`` and its per-pass
-executor. Every other policy runs here: its own ``PolicyCore`` over the
-simulator's gather, consulted where its ``SimBinding`` says (``gate``: before
+On the ``sglang`` backend a policy that SGLang's delayer call sites drive
+(``Policy.host``) runs as it runs in SGLang: the drop-in ``PrefillDelayer`` and
+its per-pass executor. On the model backend every policy runs here: its own
+``PolicyCore`` over the simulator's gather, consulted where its ``SimBinding`` says (``gate``: before
 admission, as a scheduler method that decides whether ``get_new_batch_prefill``
 runs at all; ``admission``: at the prefill adder's call sites), with the inputs
 ``SimBinding.inputs`` reads from what the rank's scheduler knows (``Facts``).
@@ -93,7 +93,8 @@ def check_sets(profiles: Sequence[Optional[str]], sets: Sequence[tuple[str, Any]
 class PolicySite:
     """One rank's policy: a ``PolicyCore`` and the per-pass executor its scheduler drives."""
 
-    __slots__ = ("core", "binding", "gate_first", "_sink", "_facts", "_decision")
+    __slots__ = ("core", "binding", "gate_first", "_sink", "_facts", "_decision", "_negotiate", "_inputs", "_idle_inputs",
+                 "_outcome", "_observe", "_finalize")
 
     def __init__(self, core: PolicyCore, binding: Any, sink: Any) -> None:
         self.core = core
@@ -102,6 +103,12 @@ class PolicySite:
         self._sink = sink  # the rank's outcome record (``observe_prefill_delayer_outcome``)
         self._facts: Optional[Facts] = None
         self._decision: Any = None
+        # What a pass calls, bound once (a pass runs them once a rank): the core's compiled pass and finalize, the
+        # binding's functions, the sink's record.
+        self._negotiate = core.negotiate
+        self._finalize = core.finalize
+        self._inputs, self._idle_inputs, self._outcome = binding.inputs, binding.idle_inputs, binding.outcome
+        self._observe = sink.observe_prefill_delayer_outcome
 
     @property
     def passes(self) -> int:
@@ -113,11 +120,13 @@ class PolicySite:
         self._decision = None
         return self
 
-    def negotiate_should_allow_prefill(self, local_prefillable: bool = True, *_: Any) -> bool:
-        """The pass's one negotiation, with the binding's inputs (later calls return the same verdict)."""
-        if self._decision is None:
-            self._decision = self.core.negotiate(*self.binding.inputs(self._facts))
-        return bool(self._decision.output_allow)
+    def ask(self, _args: Any) -> bool:
+        """A call site's ``negotiate_should_allow_prefill`` (``rank.Ask``): the pass's one negotiation, with the
+        binding's inputs read from the pass's facts, not the call site's arguments (a second call, the same verdict)."""
+        decision = self._decision
+        if decision is None:
+            decision = self._decision = self._negotiate(*self._inputs(self._facts))
+        return bool(decision.output_allow)
 
     @property
     def gates_partial_chunk(self) -> bool:
@@ -132,11 +141,12 @@ class PolicySite:
 
     def finalize(self, *, actual_prefill: bool) -> None:
         """End of pass: negotiate the idle inputs if nothing asked (one collective per pass), record, finalize."""
-        if self._decision is None:
-            self._decision = self.core.negotiate(*self.binding.idle_inputs(self._facts))
-        estimation, allow, reason, forward_passes = self.binding.outcome(self._decision)
-        self._sink.observe_prefill_delayer_outcome(forward_passes, 0.0, estimation, bool(allow), reason, actual_prefill)
-        self.core.finalize()
+        decision = self._decision
+        if decision is None:
+            decision = self._decision = self._negotiate(*self._idle_inputs(self._facts))
+        estimation, allow, reason, forward_passes = self._outcome(decision)
+        self._observe(forward_passes, 0.0, estimation, bool(allow), reason, actual_prefill)
+        self._finalize()
 
 
 __all__ = ["ADMISSION", "GATE", "Facts", "PolicySite", "binding_of", "check_sets", "policy_config"]

@@ -45,18 +45,19 @@ FCFS.
 from __future__ import annotations
 
 from collections import deque
-from typing import Generator, Optional
+from typing import Callable, Optional
 
 from .config import SimConfig
 from .policy_site import Facts, PolicySite
-from .trackers import MaxPrefillBsTracker, attempted_prefill_bs
+from .trackers import MaxPrefillBsTracker
 from .workload import Request
 
 _new_tuple = tuple.__new__
 
-# What ``schedule`` yields when this rank negotiates as prefillable:
+# What ``schedule`` asks with when this rank negotiates as prefillable:
 # (running_batch, max_prefill_bs, max_running_requests, waiting_queue_len).
 NegotiateArgs = tuple[int, int, int, int]
+Ask = Callable[[NegotiateArgs], bool]  # a call site's negotiation: the verdict for these arguments
 Batch = list[tuple[Request, int]]  # (request, tokens prefilled this pass)
 Launch = tuple[list[Request], bool, int, bool]  # (joined the running batch, decoded it, requests in the batch, ran)
 _NOTHING_LAUNCHED: Launch = ([], False, 0, False)  # (its list is never appended to)
@@ -200,8 +201,9 @@ class RankScheduler:
         # whenever one rank had work.
         return not self.running and self.chunked is None and not self.waiting and not group_ran
 
-    def facts(self, now: float) -> Facts:
-        """What this rank's scheduler knows at the start of the pass at ``now``: the policy's inputs come from these."""
+    def facts(self, now: float, usage: Optional[float] = None) -> Facts:
+        """What this rank's scheduler knows at the start of the pass at ``now``: the policy's inputs come from these.
+        ``usage``: the token usage, when the caller has it already."""
         waiting, chunked, running = self.waiting, self.chunked, self.running
         n_running = len(running)
         left = chunked.prompt - chunked.prefilled if chunked is not None else 0
@@ -219,16 +221,20 @@ class RankScheduler:
         # In Facts' field order, every field given: the tuple built as NamedTuple's own __new__ builds it, without
         # that Python-level call (once per rank and pass).
         return _new_tuple(Facts, (
-            self.allocated / self._capacity, n_running, self.tracker.value, self._mrr, len(waiting), self.extended,
+            self.allocated / self._capacity if usage is None else usage, n_running, self.tracker.value, self._mrr, len(waiting), self.extended,
             prefillable, self._waiting_tokens + left, chunked is not None, left, head_fits, oldest_wait, self.backlog,
             prefillable or bool(running), self._chunk,
         ))
 
     # ----- one pass: admission ------------------------------------------------
 
-    def schedule(self, now: float = 0.0) -> Generator[NegotiateArgs, bool, Optional[Batch]]:
-        """``get_new_batch_prefill``'s admission at ``now``: yields the negotiate arguments once if this rank
-        negotiates as prefillable (send the verdict back), returns the prefill batch (None: no prefill this pass)."""
+    def schedule(self, now: float, ask: Ask) -> Optional[Batch]:
+        """``get_new_batch_prefill``'s admission at ``now``: calls ``ask`` with the negotiate arguments once if this
+        rank negotiates as prefillable, and admits by its verdict; returns the prefill batch (None: no prefill).
+
+        ``ask`` is where the rank's collective round happens (``engine.ModelGroup``): on the lock-step gather it
+        runs the next rank's admission up to its own ask, nested, so every rank reaches its call site in rank
+        order before any verdict comes back, as SGLang's ranks all reach the all-gather before it returns."""
         self.tracker.start_pass()
         usage = self.allocated / self._capacity
         waiting, chunked = self.waiting, self.chunked
@@ -242,30 +248,30 @@ class RankScheduler:
         self.running_at_start = len(self.running)
         self.queue_at_start = len(waiting)
         self.usage_at_start = usage
-        # No policy (``off``): the call sites are still reached and yield, and the
+        # No policy (``off``): the call sites are still reached and ask, and the
         # engine answers "allow" without a collective.
         site = self.delayer
         if site is None:
             self.executor = None
-            return (yield from self._admit(True))
-        self.executor = site.begin(self.facts(now))
+            return self._admit(ask)
+        self.executor = site.begin(self.facts(now, usage))
         if not site.gate_first:
-            return (yield from self._admit(True))
+            return self._admit(ask)
         # A gate before admission (a scheduler method): a rank with prefill work asks it, and a
         # refusal means get_new_batch_prefill does not run; a rank without asks nothing (its
         # finalize negotiates the same inputs).
         if not self.had_work:
             return None
-        if not (yield (len(self.running), self.tracker.value, self._mrr, len(waiting))):
+        if not ask((len(self.running), self.tracker.value, self._mrr, len(waiting))):
             self.gate_refused = True
             if site.gates_partial_chunk or chunked is None:
                 self.chunk_held = chunked is not None
                 return None
-            return (yield from self._admit(False, chunk_only=True))  # the chunk goes on, nothing new is admitted
-        return (yield from self._admit(False))
+            return self._admit(None, chunk_only=True)  # the chunk goes on, nothing new is admitted
+        return self._admit(None)
 
-    def _admit(self, consult: bool, chunk_only: bool = False) -> Generator[NegotiateArgs, bool, Optional[Batch]]:
-        """The prefill adder; ``consult``: its call sites ask the policy (else every call site proceeds);
+    def _admit(self, ask: Optional[Ask], chunk_only: bool = False) -> Optional[Batch]:
+        """The prefill adder; ``ask``: its call sites ask the policy through it (None: every call site proceeds);
         ``chunk_only``: only the chunk in progress goes on (a refusal that does not hold it)."""
         waiting, chunked, running, mrr, page = self.waiting, self.chunked, self.running, self._mrr, self._page
         n_running = len(running)
@@ -291,7 +297,7 @@ class RankScheduler:
             rem = min(rem_chunk, rem_total) if rem_total > 0 else rem_chunk  # available_chunk_tokens
             self.negotiated = args
             self.negotiated_for_chunk = True
-            allow = self.verdict = (yield args) if consult else True
+            allow = self.verdict = ask(args) if ask is not None else True
             if not allow and self.executor is not None and self.executor.gates_partial_chunk:
                 self.chunk_held = True  # the refusal holds the chunk too (and, as any veto, ends admission)
                 return None
@@ -299,7 +305,7 @@ class RankScheduler:
             left = chunked.prompt - chunked.prefilled
             n = min(left, rem)
             truncated = n < left
-            ext = _ceil(n, page)
+            ext = -(-n // page) * page  # _ceil, inline in the admission's hot path
             immediate = ext + page
             total_offset += immediate + (0 if truncated else min(chunked.output, CLIP_MAX_NEW_TOKENS))
             current_offset += immediate
@@ -320,7 +326,7 @@ class RankScheduler:
             if self._pmr is not None and len(batch) >= self._pmr:  # add_one_req: AddReqResult.OTHER
                 break
             extend = req.prompt
-            paged_input = _ceil(extend, page) + page
+            paged_input = -(-extend // page) * page + page  # _ceil, inline
             if not paged_input <= min(free - current_offset, free - total_offset):  # can_allocate_prefill: NO_TOKEN
                 self.batch_is_full = bool(batch) or n_running > 0
                 break
@@ -348,7 +354,7 @@ class RankScheduler:
                 break
             if allow is None:
                 self.negotiated = args
-                allow = self.verdict = (yield args) if consult else True
+                allow = self.verdict = ask(args) if ask is not None else True
             if not allow:  # the delayer's veto: AddReqResult.OTHER
                 break
             if extend <= rem_chunk:
@@ -356,7 +362,7 @@ class RankScheduler:
             else:
                 n, max_new = rem_chunk, 0
                 self.chunked = req  # the new chunked request
-            ext = _ceil(n, page)
+            ext = -(-n // page) * page  # _ceil, inline
             immediate = ext + page
             total_offset += immediate + max_new
             current_offset += immediate
@@ -410,16 +416,12 @@ class RankScheduler:
         """
         if self.executor is not None:
             self.executor.finalize(actual_prefill=batch is not None)
-        attempted = None
-        if self.negotiated is not None:
-            running, _, mrr, waiting = self.negotiated
-            attempted = attempted_prefill_bs(running, mrr, waiting)
         size = 0
         if batch:
             size = len(batch)
             if self._mixed:
                 size += len(self.running) - self._n_last_in_flight()
-        self.tracker.end_pass(size, attempted)
+        self.tracker.end_pass(size, self.negotiated)
 
     # ----- one pass: the forward and the results ---------------------------------
 

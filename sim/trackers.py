@@ -62,7 +62,7 @@ def tracker_for(name: str) -> str:
 class MaxPrefillBsTracker:
     """One rank's ``max_prefill_bs``, updated where its release's scheduler updates it."""
 
-    __slots__ = ("kind", "_value", "_window")
+    __slots__ = ("kind", "_value", "_window", "value")
 
     def __init__(self, kind: str) -> None:
         if kind not in TRACKERS:
@@ -70,25 +70,31 @@ class MaxPrefillBsTracker:
         self.kind = kind
         self._value = 0.0
         self._window: deque[int] = deque(maxlen=WINDOW_SIZE)
-
-    @property
-    def value(self) -> int:
-        """What the scheduler passes to the delayer: ``int(self.max_prefill_bs)``."""
-        return int(self._value)
+        # What the scheduler passes to the delayer: ``int(self.max_prefill_bs)``, kept with ``_value`` (read twice a
+        # rank and pass: the facts and the call site's arguments).
+        self.value = 0
 
     def start_pass(self) -> None:
         """Top of ``get_new_batch_prefill``: 0.5.17 decays here, once per pass."""
         if self.kind == DECAY:
             self._value *= DECAY_PER_PASS
+            self.value = int(self._value)
 
-    def end_pass(self, batch_size: int, attempted: Optional[int]) -> None:
-        """After the pass: ``batch_size`` requests admitted (0: none); ``attempted`` the vetoed estimate, if any."""
+    def end_pass(self, batch_size: int, negotiated: Optional[tuple[int, int, int, int]]) -> None:
+        """After the pass: ``batch_size`` requests admitted (0: none); ``negotiated`` the arguments the pass
+        negotiated with (running_batch, max_prefill_bs, max_running_requests, waiting_queue_len), if it did: an
+        attempt that admitted nothing counts in the window with their estimate (``attempted_prefill_bs``), made only
+        then."""
         if self.kind == WINDOW:
-            observed = batch_size or (attempted or 0)
+            observed = batch_size
+            if not observed and negotiated is not None:
+                running, _, mrr, waiting = negotiated
+                observed = attempted_prefill_bs(running, mrr, waiting)
             if observed > 0:
                 self._observe(observed)
-        elif batch_size > 0:
-            self._value = max(self._value, batch_size)
+        elif batch_size > self._value:
+            self._value = batch_size
+            self.value = int(batch_size)
 
     def _observe(self, observed: int) -> None:
         """The window's max after appending ``observed``, rescanned only when the max itself drops out."""
@@ -99,6 +105,9 @@ class MaxPrefillBsTracker:
             self._value = observed
         elif evicted == self._value:
             self._value = max(window)
+        else:
+            return
+        self.value = int(self._value)
 
 
 def attempted_prefill_bs(running_batch: int, max_running_requests: int, waiting_queue_len: int) -> int:

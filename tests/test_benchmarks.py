@@ -21,6 +21,20 @@ def test_the_simulator_benchmark_exits_1_when_it_misses(monkeypatch: pytest.Monk
     assert capsys.readouterr().out.splitlines()[-1].startswith("MISSED TARGET: the slowest run takes ")
     monkeypatch.setattr(sim, "TARGET_S", 1e9)
     assert sim.main(argv) == 0
+    # the passes-per-second target is judged at DP=8 only: here it says it was not
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "every target met (not judged: 10,000 passes/s (needs --dp-size 8 and the lockstep gather))")
+
+
+def test_the_simulator_benchmark_judges_passes_per_second_on_the_lockstep_gather_at_dp_8(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    argv = ["--passes", "20", "--dp-size", "8", "--profile", "hardened", "--gather", "lockstep"]
+    monkeypatch.setattr(sim, "TARGET_RATE", 1e12)  # no run is that fast
+    assert sim.main(argv) == 1
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("MISSED TARGET: hardened runs ") and "fewer than 1,000,000,000,000" in last
+    monkeypatch.setattr(sim, "TARGET_RATE", 1.0)
+    assert sim.main(argv) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "every target met"
 
 

@@ -212,7 +212,7 @@ def test_lifetime_tracker_never_decays():
     t = MaxPrefillBsTracker(LIFETIME)
     for bs in (3, 80, 2, 0, 1):
         t.start_pass()
-        t.end_pass(bs, attempted=50)
+        t.end_pass(bs, (0, 0, 128, 50))
     assert t.value == 80
 
 
@@ -226,12 +226,13 @@ def test_decay_tracker_loses_0_2_percent_per_pass():
 
 
 def test_window_tracker_keeps_the_last_16_attempts_vetoed_ones_estimated():
+    # a vetoed attempt's arguments: (running_batch, max_prefill_bs, max_running_requests, waiting_queue_len)
     t = MaxPrefillBsTracker(WINDOW)
     t.end_pass(100, None)
     for _ in range(WINDOW_SIZE - 1):
-        t.end_pass(0, attempted=3)
+        t.end_pass(0, (60, 0, 128, 3))
     assert t.value == 100
-    t.end_pass(0, attempted=4)
+    t.end_pass(0, (124, 0, 128, 50))
     assert t.value == 4
     t.end_pass(0, None)  # decode-only pass: no attempt, the window does not age
     assert t.value == 4

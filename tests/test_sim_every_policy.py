@@ -62,13 +62,7 @@ def rank(**kw) -> RankScheduler:
 
 def one_pass(r: RankScheduler, now: float) -> None:
     """A pass without a policy: admission (every call site proceeds), launch, the previous result."""
-    gen = r.schedule(now)
-    batch = None
-    try:
-        next(gen)
-        gen.send(True)
-    except StopIteration as stop:
-        batch = stop.value
+    batch = r.schedule(now, lambda _args: True)
     r.finish_schedule(batch)
     r.run(batch)
     r.process_results(now)

@@ -190,10 +190,14 @@ def _bridge(state: Any) -> Any:
     return {**inputs, IN_FLIGHT: False}, {**expect, "phase_prefill": True}, note, what
 
 
+_new = tuple.__new__
+
+
 def _sim_inputs(facts: Any) -> Any:
-    """The delayer's inputs and the in-flight bit: a rank with a chunk in progress negotiates at add_chunked_req,
-    which admits the chunk whatever the verdict, so its chunk is in flight this pass."""
-    return LockstepInput._make((*bindings.SIM.inputs(facts), facts.chunk_in_progress))
+    """The delayer's inputs (a call site asks as prefillable, with the facts the delayer's binding reads) and the
+    in-flight bit: a rank with a chunk in progress negotiates at add_chunked_req, which admits the chunk whatever the
+    verdict, so its chunk is in flight this pass."""
+    return _new(LockstepInput, (True, *bindings.SIM_FACTS(facts), facts.chunk_in_progress))
 
 
 def _sim_idle(facts: Any) -> Any:

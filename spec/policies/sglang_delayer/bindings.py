@@ -7,6 +7,7 @@ executor is built with), unchanged.
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any
 
 from ...fields import SECONDS, Field
@@ -96,9 +97,14 @@ TRACE = TraceSchema(
 CLOCK_FIELD = Field("now", SECONDS, "this rank's clock reading, seconds", trace="now_s", sym="now")
 
 
+# A call site's inputs after local_prefillable, read from the simulated rank's facts of the same names in one C call
+# (the simulator asks once per rank and pass).
+SIM_FACTS = attrgetter(*PassInput._fields[1:])
+_new = tuple.__new__
+
+
 def _sim_inputs(facts: Any) -> PassInput:
-    return PassInput(True, facts.token_usage, facts.running_batch, facts.max_prefill_bs, facts.max_running_requests,
-                     facts.waiting_queue_len)
+    return _new(PassInput, (True, *SIM_FACTS(facts)))
 
 
 def _sim_idle(facts: Any) -> PassInput:
