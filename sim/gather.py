@@ -1,17 +1,20 @@
-"""Two ways to run one pass's collective round over every rank's real ``PrefillDelayer``.
+"""Two ways to run one pass's collective round over every rank's real policy core.
 
 In SGLang each rank's scheduler reaches its delayer call and blocks in the
 all-gather until every rank has arrived. Both drivers below run exactly that:
-each rank's own ``PrefillDelayer.negotiate`` (through its
-``PrefillDelayerSinglePassExecutor``), with its own row, over a ``gather``
-that hands every rank the rows of the pass.
+each rank's call is its scheduler's part of the pass (on either backend, the
+admission, whose call site negotiates through the rank's executor, and its
+finalize), and each rank's own ``PolicyCore.negotiate`` runs with its own row
+over a ``gather`` that hands every rank the rows of the pass.
 
 * ``LockstepGather`` (default): one thread. A rank's gather stores its row and
   starts the next rank's call, whose gather does the same; the last rank's
-  gather has every row, and each gather returns them as the calls unwind. Each
-  ``negotiate`` runs once, in rank order, without a thread switch; the ranks
-  are nested ``depth`` deep on the stack (a few frames each). For a policy that all-reduces, each end
-  also offers ``all_reduce``: the round's rows reduced once, by the runtime's own ``reduce_rows``.
+  gather has every row, and each gather returns them as the calls unwind, each
+  rank's call then finishing its part. Each ``negotiate`` runs once, in rank
+  order, without a thread switch; the ranks are nested ``depth`` deep on the
+  stack (a few frames each). For a policy that all-reduces, each end also
+  offers ``all_reduce``: the round's rows reduced once, by the runtime's own
+  ``reduce_rows``.
 * ``ThreadedGather``: one thread per rank, over ``runtime.InProcessGroup`` (the
   barrier-based in-process gather of the runtime), driven pass by pass.
 
