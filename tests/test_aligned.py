@@ -85,8 +85,14 @@ def test_a_broken_hold_guard_is_refuted(monkeypatch: pytest.MonkeyPatch) -> None
     for broken in (lambda o, c, v, s: o.Or(v.running_batch > 0, s.delayed_count < HOLD + 1),
                    lambda o, c, v, s: o.Or(v.running_batch >= 0, s.delayed_count < HOLD)):
         monkeypatch.setattr(aligned_guards, "wait_hidden", broken)
-        bad = {r.property: r.status for r in run_catalogue(["aligned"], properties=["no-decode-hold", "refinement"])}
+        results = run_catalogue(["aligned"], properties=["no-decode-hold", "refinement"])
+        bad = {r.property: r.status for r in results}
         assert bad == {"no-decode-hold": "refuted", "refinement": "refuted"}, bad
+        # the counterexample's watermark is SGLang's option alone: aligned's own low-load one is off in its config
+        trace = next(r.trace for r in results if r.property == "no-decode-hold")
+        assert trace is not None and trace["config"]["low_load_watermark"] is None, trace and trace["config"]
+        replayed = aligned.AlignedConfig(**trace["config"])
+        assert replayed.watermark_on == (trace["config"]["token_usage_low_watermark"] is not None)
         monkeypatch.undo()
 
 
@@ -150,14 +156,43 @@ def loop_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, A
 
     from prefill_delayer.cli import main
 
-    path = tmp_path_factory.mktemp("sim") / "loop.json"
-    assert main(["simulate", "--scenario", "35241", "--health-dispatch", "shared", "--profile", "hardened",
-                 "--profile", "aligned", "--profile", "off", "--no-progress", "--json", str(path)]) == 0
-    return {r["name"]: r["summary"] for r in json.loads(path.read_text())["results"]}
+    runs: dict[str, dict[str, Any]] = {}
+    loop = ["simulate", "--scenario", "35241", "--health-dispatch", "shared", "--no-progress"]
+    for tag, extra in (("", ["--profile", "hardened", "--profile", "aligned", "--profile", "off"]),
+                       ("must-fire", ["--profile", "aligned", "--set", "low_load_watermark=none"])):
+        path = tmp_path_factory.mktemp("sim") / "loop.json"
+        assert main([*loop, *extra, "--json", str(path)]) == 0
+        runs.update({r["name"] + (f"/{tag}" if tag else ""): r["summary"] for r in json.loads(path.read_text())["results"]})
+    return runs
 
 
 def test_in_the_35241_loop_it_serves_more_and_sooner_than_hardened(loop_runs: dict[str, dict[str, Any]]) -> None:
-    mine, hardened, off = loop_runs["aligned"], loop_runs["hardened"], loop_runs["off"]
+    """The must-fire alone (the low-load watermark off): it beats both hardened and off in the loop."""
+    mine, hardened, off = loop_runs["aligned/must-fire"], loop_runs["hardened"], loop_runs["off"]
     assert mine["input_tok_s"] > hardened["input_tok_s"] and mine["input_tok_s"] > off["input_tok_s"]
     assert mine["ttft_p99_s"] < 0.95 * hardened["ttft_p99_s"] and mine["ttft_p99_s"] < off["ttft_p99_s"]
     assert mine["decisions"].get("mixed/no_decode", 0) > 0 and mine["mixed_share"] < hardened["mixed_share"]
+
+
+def test_in_the_35241_loop_the_low_load_watermark_allows_as_off_does(loop_runs: dict[str, dict[str, Any]]) -> None:
+    """By default the loop's KV usage (a few %) is below low_load_watermark: every pass that can prefill is a
+    force-allow, so aligned serves as off does, sooner than hardened."""
+    mine, hardened, off = loop_runs["aligned"], loop_runs["hardened"], loop_runs["off"]
+    assert mine["input_tok_s"] == off["input_tok_s"] and mine["ttft_p99_s"] == off["ttft_p99_s"]
+    assert mine["ttft_p99_s"] < hardened["ttft_p99_s"]
+    assert mine["decisions"].get("mixed/delay", 0) == 0 and mine["decisions"].get("mixed/token_watermark", 0) > 0
+
+
+def test_low_load_watermark_is_the_force_allow_watermark_unless_sglangs_is_set() -> None:
+    from prefill_delayer.spec.errors import ConfigError
+    from prefill_delayer.spec.policies.aligned import LOW_LOAD_WATERMARK
+
+    c = _config("aligned")
+    assert c.low_load_watermark == LOW_LOAD_WATERMARK and c.watermark_on and c.watermark == LOW_LOAD_WATERMARK
+    c = _config("aligned", token_usage_low_watermark=0.5)
+    assert c.watermark_on and c.watermark == 0.5
+    c = _config("aligned", low_load_watermark=None)
+    assert not c.watermark_on and c.watermark == 0.0
+    with pytest.raises(ConfigError):
+        _config("aligned", low_load_watermark=1.5)
+    assert not _config("hardened").watermark_on

@@ -17,16 +17,37 @@ hides the wait). With decode running it is ``hardened`` pass for pass, so it
 keeps every property ``hardened`` proves, the token-watermark force-allow and the
 pass cap (the stall give-up, counted in passes, no clock) included.
 
+Below the load at which delaying pays it does not delay at all: its own parameter
+``low_load_watermark`` (default ``LOW_LOAD_WATERMARK``, 0.28) is the token-usage
+watermark of hardened's force-allow whenever SGLang's
+``--prefill-delayer-token-usage-low-watermark`` is unset (that option, when set,
+replaces it; ``low_load_watermark=None`` turns it off). A pass on which some counted
+rank can prefill with its KV token usage below it allows at once
+(``token_watermark``), exactly the row and the proved ``force-allow`` of hardened:
+no guard, row or input changes, the proofs cover every watermark. KV usage is the
+load signal the delayer already reads: it is the running requests weighted by
+their context, so it is low when decode slots are free or the prompts are short,
+which is where a lone rank's prefill pass costs about the decode floor and a delay
+only adds its passes to TTFT (docs/simulation.md, the benchmark suite: at 50% load,
+on the decode-heavy mix and on #32880 the delayer's waits are the whole distance to
+``off``). Above it the ranks' unaligned prefill passes are what saturates a DP group
+(Poisson at 80%: ``off``'s TTFT p99 6.4 s against 0.86 s held), and the policy holds
+as hardened does. The value is the simulator's (suite ``default``, 1M KV tokens per
+rank): a deployment with another KV pool or context mix should set it.
+
 Inputs: exactly the arguments of SGLang 0.5.23's delayer call sites
-(``running_batch`` is already gathered), so the plugin and the simulator's SGLang
-path run it as they run SGLang's delayer, and its decision log is the delayer's.
+(``running_batch`` is already gathered; ``token_usage`` is the call site's own), so the
+plugin and the simulator's SGLang path run it as they run SGLang's delayer, and its
+decision log is the delayer's.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Optional
 
+from ...config import is_real
 from ...policy import PROVED, Feature, Invariant, Param, Profile
 from ...table import NEGOTIATE, Transition, lits, resolve
 from .. import sglang_delayer as base
@@ -59,24 +80,49 @@ PROFILES = (
 )
 _NAMES = tuple(p.name for p in PROFILES)
 
+# The token-usage watermark below which aligned never delays, when SGLang's own option is unset: the load at which
+# a delay starts to pay, in KV usage (docs above; the simulator's suite default, 1M KV tokens per rank).
+LOW_LOAD_WATERMARK = 0.28
+
 PARAMETERS = tuple(
     p if p.name != "profile" else Param("profile", NAME, "one of " + ", ".join(_NAMES),
                                         lambda v: isinstance(v, str) and v in _NAMES)
     for p in base.PARAMETERS
+) + (
+    Param("low_load_watermark", LOW_LOAD_WATERMARK,
+          "None (off) or a finite number in [0, 1]: the force-allow watermark while token_usage_low_watermark is unset",
+          lambda v: v is None or (is_real(v) and math.isfinite(v) and 0.0 <= v <= 1.0)),
 )
 
 
 @dataclass(frozen=True)
 class AlignedConfig(base.DelayerConfig):
-    """The delayer's configuration; its one profile is ``aligned``."""
+    """The delayer's configuration; its one profile is ``aligned``; ``low_load_watermark`` is the watermark of the
+    force-allow while SGLang's ``token_usage_low_watermark`` is unset (that one, when set, replaces it)."""
 
     profile: str = NAME
+    low_load_watermark: Optional[float] = LOW_LOAD_WATERMARK
 
     policy_name = NAME
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.low_load_watermark is not None:
+            object.__setattr__(self, "low_load_watermark", float(self.low_load_watermark))
 
     @classmethod
     def _parameters(cls) -> tuple[Param, ...]:
         return PARAMETERS
+
+    @property
+    def watermark_on(self) -> bool:
+        return self.token_usage_low_watermark is not None or self.low_load_watermark is not None
+
+    @property
+    def watermark(self) -> float:
+        if self.token_usage_low_watermark is not None:
+            return self.token_usage_low_watermark
+        return 0.0 if self.low_load_watermark is None else self.low_load_watermark
 
 
 # ----- the table: the delayer's, its mixed delay rows guarded by decode_running, and the must-fire --------------
@@ -146,16 +192,30 @@ def _debug_line(output: Any, actual_execution: bool) -> Any:
 
 
 def _settings(c: Any) -> str:
-    return bindings.HOST.settings(c)
+    return bindings.HOST.settings(c) + f" low_load_watermark={c.low_load_watermark}"
 
 
 B = base.POLICY.proof
+
+
+def bmc_config(o: Any, c: Any) -> tuple[list, Any]:
+    """The delayer's counterexample configuration, with ``low_load_watermark`` off: the counterexample's watermark is
+    SGLang's option alone (``token_usage_low_watermark``), so replaying an unset one must not bring ours in."""
+    assertions, trace_config = B.bmc_config(o, c)
+
+    def aligned_trace_config(val: Any, ranks: int) -> dict:
+        return {**trace_config(val, ranks), "low_load_watermark": None}
+
+    return assertions, aligned_trace_config
+
+
 POLICY = replace(
     base.POLICY,
     name=NAME,
     title="aligned: the hardened delayer with a must-fire when no decode hides the wait",
     summary="hardened's delayer, whose mixed pass with no running decode batch on any rank is held at most "
-    f"{guards.NO_DECODE_HOLD} passes, then allowed (ours, from SGLang #35241's persistent mixed loop)",
+    f"{guards.NO_DECODE_HOLD} passes, then allowed (ours, from SGLang #35241's persistent mixed loop), and which "
+    f"allows at once below {LOW_LOAD_WATERMARK:g} KV token usage (low_load_watermark) unless SGLang's watermark is set",
     source="ours: spec/policies/sglang_delayer's hardened profile and the feature no-decode-fire",
     config_cls=AlignedConfig,
     params=PARAMETERS,
@@ -170,7 +230,7 @@ POLICY = replace(
     build_table=build_table,
     invariants=INVARIANTS,
     log=replace(bindings.LOG, reason_order=bindings.LOG.reason_order[:-1] + (NO_DECODE, "")),
-    proof=replace(B, reference=reference_pass),
+    proof=replace(B, reference=reference_pass, bmc_config=bmc_config),
     host=replace(bindings.HOST, debug_line=_debug_line, settings=_settings),
     sim=replace(bindings.SIM, colours={**bindings.SIM.colours, NO_DECODE: "#17becf"}),
     extras={"docs": {
