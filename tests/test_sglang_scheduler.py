@@ -387,8 +387,11 @@ def test_a_mixed_rollout_of_scheduler_processes_fails_the_rank_of_ours_with_one_
 CPU_RANK = {"max_running_requests": 8, "max_total_tokens": 8192, "chunked_prefill_size": 256, "max_prefill_tokens": 1024,
             "page_size": 1, "enable_mixed_chunk": False, "prefix_cache": False, "context_len": 2048}
 CAP = 12  # max_delay_passes above aligned's NO_DECODE_HOLD, so the hold and the cap end a wait differently
+# No queue trigger, and SGLang's token-usage watermark at 0: no pass is below it, so a mixed pass delays. Set, SGLang's
+# option replaces aligned's low_load_watermark (its default 0.28 would allow every pass here, the KV pools a few %
+# used): 0 is how an operator turns aligned's low-load allow off through the plugin; hardened reads it as off.
 CPU_SCHEDULE = {"enable_prefill_delayer": True, "prefill_delayer_max_delay_passes": CAP,
-                "prefill_delayer_max_delay_ms": 60000.0}  # no watermark, no queue trigger: a mixed pass delays
+                "prefill_delayer_max_delay_ms": 60000.0, "prefill_delayer_token_usage_low_watermark": 0.0}
 PROMPT, LONG, SHORT = 16, 400, 3  # tokens; LONG outlasts the run, SHORT finishes within a few passes
 # The phases (first pass, what arrives on each rank): a request on rank 0 while no rank decodes; one on each rank
 # (both prefill, rank 0's finishes and rank 1's decodes on); one on rank 0 while only rank 1 decodes; one on rank 0
@@ -579,6 +582,8 @@ def test_check_log_checks_aligned_logs_of_the_scheduler_and_finds_a_flipped_deci
     for rank in range(WORLD):
         header = json.loads((folder / f"rank{rank}.jsonl").read_text().splitlines()[0])
         assert header["profile"] == header["config"]["profile"] == "aligned"
+        # SGLang's watermark reached the policy through the scheduler's constructor call and replaced low_load_watermark
+        assert header["config"]["token_usage_low_watermark"] == 0.0, header["config"]
     bad = tmp_path / "flipped"
     shutil.copytree(folder, bad)
     flipped = NO_DECODE + NO_DECODE_HOLD  # the pass the hold's give-up allows, logged as one more delay
