@@ -258,6 +258,8 @@ def main(args: argparse.Namespace, stdout: Optional[TextIO] = None, stderr: Opti
         from .suite_run import main as suite
 
         return suite(args, stdout, stderr)
+    if getattr(args, "goal", None) is not None:
+        raise SimInputError("--goal applies with --suite only: it judges a policy against the others over a suite's workloads")
     config, variants, workload, s = build(args)
     given = settings(args)[1]
     show = s["progress"]

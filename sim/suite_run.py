@@ -29,10 +29,11 @@ from .options import PROGRESS_AUTO, settings
 from .report import Column, legend, markdown
 from .result import RunResult
 from .suite import LIST, SUITES, Stream, SuiteWorkload, listing
+from .suite_goal import WorkloadGoal, goal_table, judge
 from .workload import Bursty, Lengths, Mix, Poisson, Workload
 
 # The options a suite run takes; every other one is a workload's own setting.
-SUITE_OPTIONS = ("suite", "profile", "set", "passes", "duration", "seed", "gather", "json", "plot", "progress")
+SUITE_OPTIONS = ("suite", "profile", "set", "passes", "duration", "seed", "gather", "json", "plot", "progress", "goal")
 
 
 def default_profiles() -> list[str]:
@@ -239,8 +240,19 @@ def workloads_table(cases: Sequence[Case]) -> str:
     return markdown(WORKLOAD_COLUMNS, cases)
 
 
-def to_json(name: str, cases: Sequence[Case], rows: Sequence[Row], wall_s: float) -> str:
-    doc = {
+def goals(policy: str, cases: Sequence[Case], rows: Sequence[Row]) -> list[WorkloadGoal]:
+    """``--goal``: ``policy`` judged against every other policy run, workload by workload."""
+    out = []
+    for c in cases:
+        here = [r for r in rows if r.workload == c.spec.name]
+        mine = next(r for r in here if r.policy == policy)
+        out.append(judge(c.spec.name, mine, [r for r in here if r.policy != policy], c.spec.min_bound))
+    return out
+
+
+def to_json(name: str, cases: Sequence[Case], rows: Sequence[Row], wall_s: float,
+            goal: Optional[tuple[str, Sequence[WorkloadGoal]]] = None) -> str:
+    doc: dict[str, Any] = {
         "suite": name,
         "wall_s": wall_s,
         "workloads": [
@@ -264,6 +276,10 @@ def to_json(name: str, cases: Sequence[Case], rows: Sequence[Row], wall_s: float
             for c in cases
         ],
     }
+    if goal is not None:
+        policy, judged = goal
+        doc["goal"] = {"policy": policy, "met": sum(g.met for g in judged), "workloads": [
+            {"name": g.workload, "met": g.met, "checks": [vars(ch) for ch in g.checks]} for g in judged]}
     return json.dumps(doc, indent=1)
 
 
@@ -300,7 +316,7 @@ def _check_options(given: set[str]) -> None:
     if "scenario" in given or extra:
         flag = "--" + ("scenario" if "scenario" in given else extra[0]).replace("_", "-")
         raise SimInputError(f"{flag} does not apply with --suite: each workload has its own settings (--suite list shows them); "
-                            "--profile, --set, --duration, --passes, --seed, --json and --plot do")
+                            "--profile, --set, --duration, --passes, --seed, --goal, --json and --plot do")
 
 
 def run_suite(name: str, profiles: Sequence[str], s: dict[str, Any], given: set[str],
@@ -345,20 +361,27 @@ def main(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
 
         _pyplot()  # one line and exit 2 before the runs where matplotlib is missing
     profiles = list(dict.fromkeys(s["profile"])) if "profile" in given else default_profiles()
+    goal = s["goal"]
+    if goal is not None and goal not in profiles:
+        raise SimInputError(f"--goal {goal}: not among the policies run ({', '.join(profiles)}); give it with --profile")
+    if goal is not None and len(profiles) < 2:
+        raise SimInputError(f"--goal {goal}: no other policy to judge it against; give another with --profile")
     show = s["progress"]
     if show == PROGRESS_AUTO:
         show = stderr.isatty()
     started = time.perf_counter()
     cases, rows = run_suite(name, profiles, s, given, stderr if show else None)
     wall = time.perf_counter() - started
-    stdout.write(report(name, cases, rows) + f"\n\nwall time: {wall:.0f} s for {len(rows)} runs\n")
+    judged = goals(goal, cases, rows) if goal is not None else None
+    stdout.write(report(name, cases, rows) + (f"\n\n{goal_table(goal, judged)}" if judged is not None else "")
+                 + f"\n\nwall time: {wall:.0f} s for {len(rows)} runs\n")
     with outputs.writing() as out:  # both files or neither
         if s["json"]:
-            out.write("--json", to_json(name, cases, rows, wall) + "\n")
+            out.write("--json", to_json(name, cases, rows, wall, None if judged is None else (goal, judged)) + "\n")
         if s["plot"]:
             plot(cases, rows, out.path("--plot"), f"suite {name}: every policy as a fraction of the bound")
     return 0
 
 
-__all__ = ["Case", "Row", "SUITE_OPTIONS", "default_profiles", "main", "measure", "plan", "plot", "report", "run_bound", "run_suite",
+__all__ = ["Case", "Row", "SUITE_OPTIONS", "default_profiles", "goals", "main", "measure", "plan", "plot", "report", "run_bound", "run_suite",
            "table", "ttfts_censored"]
