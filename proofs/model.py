@@ -194,8 +194,9 @@ def encode_pass(policy: Any, o: Z3Ops, c: Any, table: Table, st: Any, v: Any, s:
     state_kinds = [CONTROL] + [f.kind for f in policy.state_fields]
     nxt = [raw(x) for x in st]
     rows = [t for src in table.sources for t in table.by_source[src]]
+    memo: dict = {}  # the pass's guard terms, shared by the rows that test the same guard
     for t in reversed(rows):
-        fire = And(st.control == t.source, holds(t, o, c, v, s))
+        fire = And(st.control == t.source, holds(t, o, c, v, s, memo))
         d = policy.decide(o, c, t, v, s)
         new = {}
         for n in names:

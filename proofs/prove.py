@@ -238,6 +238,9 @@ def _worker_init() -> None:
         # ``python -O`` would skip): a tenth of a catalogue run. The C API still refuses an ill-sorted term;
         # the suite builds the same terms with the checks on, in-process.
         z3.z3.Z3_DEBUG = False
+        from .z3ops import fast_arithmetic
+
+        fast_arithmetic()  # the same terms, made without z3's Python-side coercion (z3ops)
     except ImportError:  # pragma: no cover - prove needs z3 anyway
         pass
 

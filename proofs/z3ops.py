@@ -169,6 +169,76 @@ def _int_sorted(ref: Any, x: Any) -> bool:
     return type(x) is _IntNumRef or z3.Z3_get_sort_kind(ref, z3.Z3_get_sort(ref, x.ast)) == z3.Z3_INT_SORT
 
 
+# The comparisons and the arithmetic the guards write as Python operators (``v.running_batch > 0``,
+# ``s.now - s.wait_start``), by the ten thousand a profile. z3's own operators coerce both sides in Python first
+# (a sort object made and freed for each side); when both are terms of one sort, or the other side is a Python int
+# beside an integer term, the coercion changes nothing but the time, and these make the same C call on the same
+# arguments (the int made into the same ``IntVal`` first, as z3's cast does). ``fast_arithmetic`` installs them on
+# z3's ``ArithRef`` in a prove worker alone (a process forked for one profile); anything else goes to z3's own.
+SLOW_ARITHMETIC = {name: getattr(_ArithRef, name) for name in ("__eq__", "__ge__", "__gt__", "__le__", "__lt__")}
+SLOW_ARITHMETIC.update({name: getattr(_ArithRef, name) for name in ("__add__", "__sub__")})
+_MAKE = {"__eq__": z3.Z3_mk_eq, "__ge__": z3.Z3_mk_ge, "__gt__": z3.Z3_mk_gt, "__le__": z3.Z3_mk_le, "__lt__": z3.Z3_mk_lt}
+_MAKE_N = {"__add__": z3.Z3_mk_add, "__sub__": z3.Z3_mk_sub}
+
+
+def _same_sort_operand(x: Any, other: Any) -> Any:
+    """``other`` as the term z3's coercion would give beside ``x``, where that coercion is the identity or an int's
+    ``IntVal``; None where z3's own operator must decide."""
+    t = type(other)
+    ref = x.ctx.ref()
+    if t in _ARITH:
+        if z3.Z3_is_eq_sort(ref, z3.Z3_get_sort(ref, x.ast), z3.Z3_get_sort(ref, other.ast)):
+            return other
+    elif t is int and _int_sorted(ref, x):
+        return z3.IntVal(other, x.ctx)
+    return None
+
+
+def _comparison(name: str) -> Any:
+    make, slow = _MAKE[name], SLOW_ARITHMETIC[name]
+
+    def compare(self: Any, other: Any) -> Any:
+        b = _same_sort_operand(self, other)
+        if b is None:
+            return slow(self, other)
+        ctx = self.ctx
+        return _BoolRef(make(ctx.ref(), self.ast, b.ast), ctx)
+
+    compare.__name__ = name
+    return compare
+
+
+def _arithmetic(name: str) -> Any:
+    make, slow = _MAKE_N[name], SLOW_ARITHMETIC[name]
+
+    def apply(self: Any, other: Any) -> Any:
+        b = _same_sort_operand(self, other)
+        if b is None:
+            return slow(self, other)
+        ctx = self.ctx
+        args = (z3.Ast * 2)(self.ast, b.ast)
+        return z3.z3._to_expr_ref(make(ctx.ref(), 2, args), ctx)
+
+    apply.__name__ = name
+    return apply
+
+
+FAST_ARITHMETIC = {**{n: _comparison(n) for n in _MAKE}, **{n: _arithmetic(n) for n in _MAKE_N}}
+
+
+def fast_arithmetic(on: bool = True) -> None:
+    """Install (or, ``on=False``, remove) the fast comparisons and arithmetic on z3's ``ArithRef``. Installed after
+    the class was made, ``__eq__`` leaves its ``__hash__`` as it is."""
+    for name, f in (FAST_ARITHMETIC if on else SLOW_ARITHMETIC).items():
+        if on or name in _OWN:
+            setattr(_ArithRef, name, f)
+        elif name in vars(_ArithRef):
+            delattr(_ArithRef, name)  # inherited again (``__eq__`` is ``ExprRef``'s)
+
+
+_OWN = frozenset(n for n in SLOW_ARITHMETIC if n in vars(_ArithRef))
+
+
 def exact_real(x: Any) -> Any:
     """A Python number as its exact rational Z3 value; Z3 terms pass through."""
     if isinstance(x, bool):

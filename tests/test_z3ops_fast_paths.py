@@ -1,7 +1,7 @@
 """The proofs' fast connectives build exactly the terms z3's own functions build, of the same Python type.
 
-``proofs.z3ops`` makes the C call of ``z3.And``/``Or``/``Not``/``If`` and of ``x == n`` directly when the arguments
-need no coercion, and falls back to z3's function otherwise. A difference in a term would change what the proofs
+``proofs.z3ops`` makes the C call of ``z3.And``/``Or``/``Not``/``If``, of ``x == n``, and (in a prove worker) of the
+comparisons and ``+``/``-`` directly when the arguments need no coercion, and falls back to z3's function otherwise. A difference in a term would change what the proofs
 prove; a difference in the order terms are created in would change the models Z3 finds, and so the traces.
 """
 
@@ -60,9 +60,42 @@ def test_a_control_state_compares_as_z3_compares_its_code() -> None:
     assert z3ops.EqInt(R, 1).eq(R == 1)  # a real term: z3's own comparison, which casts the int to a real
 
 
+ARITHMETIC_CASES = [
+    (X, Y), (X, 3), (X, -2), (z3.IntVal(2), Y), (z3.IntVal(2), 5), (R, R), (R, X), (X, R), (R, 2), (X, 1.5), (R, 0.5),
+    (X, True), (X, z3.RealVal(1)), (z3.ToReal(X), R),
+]
+
+
+def test_each_fast_operator_builds_z3_s_own_term_and_type() -> None:
+    """The prove workers' comparisons and arithmetic: the very node z3's own operator makes, for operands of one sort,
+    an int beside an integer term, and everything z3 must coerce (a real beside an int, a float, a bool)."""
+    for name, fast in z3ops.FAST_ARITHMETIC.items():
+        slow_op = z3ops.SLOW_ARITHMETIC[name]
+        for a, b in ARITHMETIC_CASES:
+            f, s = fast(a, b), slow_op(a, b)
+            assert f.eq(s), (name, a, b, f, s)
+            assert type(f) is type(s), (name, a, b, type(f), type(s))
+            assert f.get_id() == s.get_id()
+    assert z3ops.FAST_ARITHMETIC["__eq__"](X, None) is False  # as z3: a term is never None
+
+
+def test_fast_arithmetic_installs_on_z3_s_arithref_and_comes_off_again() -> None:
+    own = dict(vars(z3.ArithRef))
+    try:
+        z3ops.fast_arithmetic()
+        assert z3.ArithRef.__ge__ is z3ops.FAST_ARITHMETIC["__ge__"]
+        assert (X >= 3).eq(z3ops.SLOW_ARITHMETIC["__ge__"](X, 3)) and (X - Y).eq(z3ops.SLOW_ARITHMETIC["__sub__"](X, Y))
+        assert len({X, Y, X}) == 2  # still hashable: __eq__ set on the class after it was made keeps __hash__
+    finally:
+        z3ops.fast_arithmetic(False)
+    assert dict(vars(z3.ArithRef)) == own
+
+
 def _traces_of(profile: str, slow: bool) -> list:
     """``profile``'s counterexample traces, in a process forked for it (fresh Z3 state), built with z3's own
-    connectives when ``slow``."""
+    connectives and operators when ``slow``, else with the fast ones a prove worker installs."""
+    if not slow:
+        z3ops.fast_arithmetic()
     if slow:
         from prefill_delayer.proofs import model
 
