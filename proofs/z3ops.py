@@ -175,10 +175,9 @@ def _int_sorted(ref: Any, x: Any) -> bool:
 # beside an integer term, the coercion changes nothing but the time, and these make the same C call on the same
 # arguments (the int made into the same ``IntVal`` first, as z3's cast does). ``fast_arithmetic`` installs them on
 # z3's ``ArithRef`` in a prove worker alone (a process forked for one profile); anything else goes to z3's own.
-SLOW_ARITHMETIC = {name: getattr(_ArithRef, name) for name in ("__eq__", "__ge__", "__gt__", "__le__", "__lt__")}
-SLOW_ARITHMETIC.update({name: getattr(_ArithRef, name) for name in ("__add__", "__sub__")})
 _MAKE = {"__eq__": z3.Z3_mk_eq, "__ge__": z3.Z3_mk_ge, "__gt__": z3.Z3_mk_gt, "__le__": z3.Z3_mk_le, "__lt__": z3.Z3_mk_lt}
 _MAKE_N = {"__add__": z3.Z3_mk_add, "__sub__": z3.Z3_mk_sub}
+SLOW_ARITHMETIC = {name: getattr(_ArithRef, name) for name in (*_MAKE, *_MAKE_N)}
 
 
 def _same_sort_operand(x: Any, other: Any) -> Any:
@@ -194,36 +193,28 @@ def _same_sort_operand(x: Any, other: Any) -> Any:
     return None
 
 
-def _comparison(name: str) -> Any:
-    make, slow = _MAKE[name], SLOW_ARITHMETIC[name]
+def _relation(make: Any, a: Any, b: Any) -> Any:
+    ctx = a.ctx
+    return _BoolRef(make(ctx.ref(), a.ast, b.ast), ctx)
 
-    def compare(self: Any, other: Any) -> Any:
+
+def _sum(make: Any, a: Any, b: Any) -> Any:
+    ctx = a.ctx
+    return z3.z3._to_expr_ref(make(ctx.ref(), 2, (z3.Ast * 2)(a.ast, b.ast)), ctx)  # z3's _mk_bin, typed as z3 types it
+
+
+def _fast(name: str, make: Any, build: Any) -> Any:
+    slow = SLOW_ARITHMETIC[name]
+
+    def operator(self: Any, other: Any) -> Any:
         b = _same_sort_operand(self, other)
-        if b is None:
-            return slow(self, other)
-        ctx = self.ctx
-        return _BoolRef(make(ctx.ref(), self.ast, b.ast), ctx)
+        return slow(self, other) if b is None else build(make, self, b)
 
-    compare.__name__ = name
-    return compare
+    operator.__name__ = name
+    return operator
 
 
-def _arithmetic(name: str) -> Any:
-    make, slow = _MAKE_N[name], SLOW_ARITHMETIC[name]
-
-    def apply(self: Any, other: Any) -> Any:
-        b = _same_sort_operand(self, other)
-        if b is None:
-            return slow(self, other)
-        ctx = self.ctx
-        args = (z3.Ast * 2)(self.ast, b.ast)
-        return z3.z3._to_expr_ref(make(ctx.ref(), 2, args), ctx)
-
-    apply.__name__ = name
-    return apply
-
-
-FAST_ARITHMETIC = {**{n: _comparison(n) for n in _MAKE}, **{n: _arithmetic(n) for n in _MAKE_N}}
+FAST_ARITHMETIC = {**{n: _fast(n, m, _relation) for n, m in _MAKE.items()}, **{n: _fast(n, m, _sum) for n, m in _MAKE_N.items()}}
 
 
 def fast_arithmetic(on: bool = True) -> None:
