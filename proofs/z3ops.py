@@ -178,6 +178,7 @@ def _int_sorted(ref: Any, x: Any) -> bool:
 _MAKE = {"__eq__": z3.Z3_mk_eq, "__ge__": z3.Z3_mk_ge, "__gt__": z3.Z3_mk_gt, "__le__": z3.Z3_mk_le, "__lt__": z3.Z3_mk_lt}
 _MAKE_N = {"__add__": z3.Z3_mk_add, "__sub__": z3.Z3_mk_sub}
 SLOW_ARITHMETIC = {name: getattr(_ArithRef, name) for name in (*_MAKE, *_MAKE_N)}
+_OWN = frozenset(n for n in SLOW_ARITHMETIC if n in vars(_ArithRef))  # defined by ArithRef itself, not inherited
 
 
 def _same_sort_operand(x: Any, other: Any) -> Any:
@@ -226,8 +227,6 @@ def fast_arithmetic(on: bool = True) -> None:
         elif name in vars(_ArithRef):
             delattr(_ArithRef, name)  # inherited again (``__eq__`` is ``ExprRef``'s)
 
-
-_OWN = frozenset(n for n in SLOW_ARITHMETIC if n in vars(_ArithRef))
 
 
 def exact_real(x: Any) -> Any:

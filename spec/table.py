@@ -115,12 +115,12 @@ def holds(t: Transition, o: Any, c: Any, v: Any, s: Any, memo: Optional[dict] = 
     for lit, fn in zip(t.lits, t.fns):
         value = None if memo is None else memo.get(lit.guard)
         if value is None:
-            value = kept(memo, lit.guard, fn, o, c, v, s)
+            value = _kept(memo, lit.guard, fn, o, c, v, s)
         values.append(value if lit.positive else o.Not(value))
     return o.And(*values)
 
 
-def kept(memo: Optional[dict], key: Any, fn: Callable[..., Any], o: Any, *args: Any) -> Any:
+def _kept(memo: Optional[dict], key: Any, fn: Callable[..., Any], o: Any, *args: Any) -> Any:
     """``fn(o, *args)``, kept in ``memo`` under ``key`` when building it defined no fresh variable (nothing appended
     to ``o.side``): Z3 hash-conses terms, so building it again would give the very same term, at a cost. A term that
     defines one (a ceiling, a maximum) is built each time, as before, so the formula keeps each of its definitions."""
