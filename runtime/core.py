@@ -103,7 +103,12 @@ class PolicyCore:
         self._f_stamp: Optional[int] = getattr(env, "f_stamp", None)
         self._problems = env.checks.problems
         # The compiled row ends with the envelope of a valid row, the stamp's slot 0 (each pass sets it: no append).
-        self._step = CompiledStep(c, row_tail=(*env.tail, 0) if self._f_stamp is not None else env.tail, row_len=env.row_len)
+        row_tail = (*env.tail, 0) if self._f_stamp is not None else tuple(env.tail)
+        # A gather whose ranks run in one thread, round by round (the simulator's lock-step gather), may offer
+        # ``shared_step(key, make)``: one step for every rank's core of the same key, compiled once (``make``).
+        shared = getattr(gather, "shared_step", None)
+        make = functools.partial(CompiledStep, c, row_tail=row_tail, row_len=env.row_len)
+        self._step = shared((c, row_tail, env.row_len), make) if shared is not None else make()
         self._finalizing = self._step.finalizing
         self._shadow: Optional[DelayerMachine] = DelayerMachine(c, self._step.table) if get_bool_env_var(CROSSCHECK_ENV) else None
         self._pure = Step(c, self._step.table)

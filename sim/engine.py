@@ -32,7 +32,7 @@ from ..runtime.server_args import ServerArgs
 from .config import SGLANG, SimConfig, Variant
 from .dispatch import Dispatcher
 from .errors import SimInputError
-from .gather import make_gather
+from .gather import make_gather, with_stack_room
 from .policy_site import PolicySite, binding_of, policy_config
 from .rank import NegotiateArgs, RankScheduler
 from .result import RunResult
@@ -136,7 +136,7 @@ def run_variant(config: SimConfig, variant: Variant, workload: Workload, progres
                 for r in range(dp)
             ], outcomes, gather)
         try:
-            _loop(config, variant, group, source, clock_now, result, progress)
+            with_stack_room(dp, lambda: _loop(config, variant, group, source, clock_now, result, progress))
         finally:
             group.close()
     finally:

@@ -14,7 +14,10 @@ over a ``gather`` that hands every rank the rows of the pass.
   order, without a thread switch; the ranks are nested ``depth`` deep on the
   stack (a few frames each). For a policy that all-reduces, each end also
   offers ``all_reduce``: the round's rows reduced once, by the runtime's own
-  ``reduce_rows``.
+  ``reduce_rows``. And each end offers ``shared_step``: the ranks' cores of one
+  configuration run one compiled step (``RoundStep``), compiled once, whose
+  ``negotiate`` (a pure function of its arguments) is computed once for the
+  ranks of a round that pass it equal arguments, as the ranks of a round do.
 * ``ThreadedGather``: one thread per rank, over ``runtime.InProcessGroup`` (the
   barrier-based in-process gather of the runtime), driven pass by pass.
 
@@ -23,10 +26,11 @@ over a ``gather`` that hands every rank the rows of the pass.
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 from itertools import chain
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Hashable, Optional, Sequence
 
 from ..runtime.gather import GatherFn
 from ..runtime.inprocess import InProcessGroup
@@ -50,6 +54,7 @@ class LockstepGather:
         self._flat: list[int] = []
         self._reduced: list[int] = []
         self._reduced_of: Optional[list[int]] = None  # the round's gathered rows the reduction above is of
+        self._steps: dict[Hashable, RoundStep] = {}  # shared_step's, by key
         self._needed_depth = sys.getrecursionlimit()
         need = _FRAMES_PER_RANK * world_size + 200
         if need > sys.getrecursionlimit():
@@ -59,6 +64,13 @@ class LockstepGather:
         """Rank ``rank``'s end; for a policy that all-reduces (``collective``, its ``Policy.collective``), one whose
         ``all_reduce`` the runtime's ``ReduceCore`` calls: the round's rows reduced once for every rank."""
         return _LockstepEnd(self, rank) if collective == ALL_GATHER else _LockstepReduceEnd(self, rank, collective)
+
+    def shared_step(self, key: Hashable, make: Callable[[], Any]) -> "RoundStep":
+        """The step of every core of this group whose ``key`` (configuration, row tail, row length) is ``key``."""
+        step = self._steps.get(key)
+        if step is None:
+            step = self._steps[key] = RoundStep(make())
+        return step
 
     def run_round(self, calls: Sequence[Call]) -> None:
         """Run every rank's call (each takes part in the gather exactly once)."""
@@ -100,6 +112,10 @@ class _LockstepEnd:
             group._flat = list(_chain(group._rows))  # type: ignore[arg-type]
         return group._flat
 
+    def shared_step(self, key: Hashable, make: Callable[[], Any]) -> "RoundStep":
+        """The core's compiled step, shared with the group's other cores of the same ``key``."""
+        return self._group.shared_step(key, make)
+
     def __call__(self, row: Sequence[int]) -> list[list[int]]:
         flat = self.gather_flat(row)
         n = len(row)
@@ -124,6 +140,77 @@ class _LockstepReduceEnd(_LockstepEnd):
             group._reduced = reduce_rows(group._rows, self.op, len(row))  # type: ignore[arg-type]
             group._reduced_of = flat
         return list(group._reduced)
+
+
+class RoundStep:
+    """A compiled step (``fsm.compiled.CompiledStep``) shared by the cores of one lock-step group.
+
+    ``row`` and ``finalize`` are the step's own. ``negotiate`` is the step's, a
+    pure function of its arguments (state, clock, local inputs, gathered rows),
+    answered once for arguments equal to the last call's: in a round every rank
+    has the same state, clock and rows (the same gathered list), so the first
+    rank computes the decision and the others get it (an immutable tuple) for a
+    comparison of their arguments (the local inputs may differ between ranks:
+    two sets are kept). Anything else is the step's.
+    """
+
+    def __init__(self, step: Any) -> None:
+        self._compiled = step
+        self.row, self.finalize = step.row, step.finalize
+        self.negotiate = _negotiate_once(step.negotiate)
+
+    def __getattr__(self, name: str) -> Any:  # table, finalizing, config, source: the compiled step's
+        return getattr(self._compiled, name)
+
+
+def _negotiate_once(negotiate: Callable[..., Any]) -> Callable[..., Any]:
+    """``negotiate``, remembering its last two distinct arguments and results: a round's ranks pass one set of
+    arguments, or two (SGLang's delayer: a rank that asked, and one that negotiated its idle inputs, whose local
+    ``max_running_requests`` is left 0). A call that raises (bad rows) keeps nothing."""
+    args_1: Optional[tuple] = None
+    args_2: Optional[tuple] = None
+    decision_1: Any = None
+    decision_2: Any = None
+
+    def negotiate_once(*args: Any) -> Any:
+        nonlocal args_1, args_2, decision_1, decision_2
+        if args == args_1:
+            return decision_1
+        if args == args_2:
+            return decision_2
+        decision = negotiate(*args)
+        args_2, decision_2 = args_1, decision_1
+        args_1, decision_1 = args, decision
+        return decision
+
+    return negotiate_once
+
+
+# CPython 3.11+ keeps frames on a data stack of 16 KiB chunks, and frees a chunk when its first frame returns. A
+# lock-step round nests every rank's calls (tens of frames a rank): at some depths a function called many times a
+# round starts a chunk, and each call maps and unmaps one (measured: the same run up to 35% slower, by the depth it
+# started at). ``with_stack_room`` runs the loop in a frame with that much unused room: CPython gives such a frame a
+# chunk twice its size, and every frame nested under it fits in the rest.
+_SLOTS_PER_RANK = 1024  # 8 KiB of frames a rank, several times what a round nests
+
+
+@functools.lru_cache(maxsize=None)
+def _roomy(slots: int) -> Callable[[Callable[[], Any]], Any]:
+    names = ", ".join(f"_{i}" for i in range(slots))
+    namespace: dict[str, Any] = {}
+    # The locals are never assigned (the branch never runs): they only size the frame.
+    exec(compile(f"def roomy(fn):\n    if fn is None:\n        {names} = ()\n    return fn()\n",
+                 "<prefill_delayer.sim.gather roomy frame>", "exec"), namespace)
+    roomy: Callable[[Callable[[], Any]], Any] = namespace["roomy"]
+    return roomy
+
+
+def with_stack_room(world_size: int, fn: Callable[[], Any]) -> Any:
+    """``fn()`` with room on CPython's frame stack for the lock-step rounds of ``world_size`` ranks nested in it."""
+    slots = 8192
+    while slots < _SLOTS_PER_RANK * world_size:
+        slots *= 2
+    return _roomy(slots)(fn)
 
 
 class ThreadedGather:

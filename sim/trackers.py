@@ -112,5 +112,9 @@ class MaxPrefillBsTracker:
 
 def attempted_prefill_bs(running_batch: int, max_running_requests: int, waiting_queue_len: int) -> int:
     """SGLang 0.5.18+'s estimate of a vetoed attempt's batch size (DP attention: the local limit as is)."""
-    free_slots = max(max_running_requests - running_batch, 1)
-    return min(max(waiting_queue_len, 1), free_slots)
+    # min(max(waiting_queue_len, 1), max(max_running_requests - running_batch, 1)), without the builtins' calls
+    free_slots = max_running_requests - running_batch
+    if free_slots < 1:
+        free_slots = 1
+    wanted = waiting_queue_len if waiting_queue_len > 1 else 1
+    return wanted if wanted < free_slots else free_slots

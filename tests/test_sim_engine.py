@@ -71,6 +71,40 @@ def test_lockstep_and_threaded_gathers_make_the_same_run(profile, monkeypatch):
         assert reductions == {"lockstep": 300, "threads": 300 * 3}
 
 
+@pytest.mark.parametrize("profile", _first_profile_per_collective())
+def test_lockstep_ranks_share_one_compiled_step_deciding_once_for_equal_arguments(profile, monkeypatch):
+    """The lock-step group's cores run one compiled step (compiled once, not once a rank), whose negotiate is
+    computed again only when a rank's arguments differ from the last computed ones; with the threaded gather each
+    rank compiles and computes its own (the run is the same: the test above)."""
+    import prefill_delayer.fsm.compiled as compiled
+
+    built: list = []
+    computed: list = []
+    real_init = compiled.CompiledStep.__init__
+
+    def counting_init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        built.append(self)
+        real_negotiate = self.negotiate
+
+        def negotiate(*a):
+            computed.append(a)
+            return real_negotiate(*a)
+
+        self.negotiate = negotiate
+
+    monkeypatch.setattr(compiled.CompiledStep, "__init__", counting_init)
+    r = run_variant(small(), Variant.of(profile), POISSON)
+    assert len(built) == 1 and r.passes == 300
+    # arguments equal to either of the last two computed are not computed again
+    assert all(a not in computed[max(0, i - 2):i] for i, a in enumerate(computed))
+    assert r.passes <= len(computed) < 2 * r.passes  # a round computes once, or twice (two sets of arguments)
+    built.clear()
+    computed.clear()
+    t = run_variant(small(gather="threads"), Variant.of(profile), POISSON)
+    assert len(built) == 3 and len(computed) == 3 * t.passes
+
+
 @pytest.mark.parametrize("profile", [*PROFILES, "sglang-0.5.20"])
 def test_every_rank_negotiates_exactly_once_per_pass(profile):
     r = run_variant(small(passes=150), Variant.of(profile), POISSON)
