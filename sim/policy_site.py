@@ -139,6 +139,11 @@ class PolicySite:
         phase = self.binding.prefill_phase
         return phase is not None and self._decision is not None and bool(phase(self._decision))
 
+    @property
+    def has_prefill_phase(self) -> bool:
+        """Whether a pass can be a prefill phase at all (the binding declares ``prefill_phase``)."""
+        return self.binding.prefill_phase is not None
+
     def finalize(self, *, actual_prefill: bool) -> None:
         """End of pass: negotiate the idle inputs if nothing asked (one collective per pass), record, finalize."""
         decision = self._decision

@@ -88,6 +88,7 @@ class RankScheduler:
     def __init__(self, rank: int, config: SimConfig, delayer: Optional[PolicySite], tracker: MaxPrefillBsTracker) -> None:
         self.rank = rank
         self.delayer = delayer
+        self._phased = delayer is not None and delayer.has_prefill_phase  # a pass can be a prefill phase
         self.tracker = tracker
         self._mrr = config.max_running_requests
         self._capacity = config.max_total_tokens // config.page_size * config.page_size
@@ -215,8 +216,11 @@ class RankScheduler:
                 # can_allocate_prefill for the head alone: its page-rounded prompt and a page, beyond what the
                 # running requests have reserved for their outputs (and, with mixed chunks, their decode tokens)
                 reserved = self._clipped_left + (n_running if self._mixed else 0)
-                head_fits = _ceil(head.prompt, self._page) + self._page <= self._capacity - self.allocated - reserved
-            oldest_wait = max(0.0, now - head.arrival)
+                page = self._page
+                head_fits = -(-head.prompt // page) * page + page <= self._capacity - self.allocated - reserved  # _ceil
+            oldest_wait = now - head.arrival
+            if oldest_wait < 0.0:  # max(0.0, ...), without the call (once per rank and pass)
+                oldest_wait = 0.0
         prefillable = bool(waiting) or chunked is not None
         # In Facts' field order, every field given: the tuple built as NamedTuple's own __new__ builds it, without
         # that Python-level call (once per rank and pass).
@@ -442,7 +446,7 @@ class RankScheduler:
                 self.allocated += _ceil(req.prefilled, page) - before
                 prefill_tokens += n
         # A prefill phase (the policy's decision says so): a rank without a prefill batch runs an idle batch.
-        self.idled = not batch and self.executor is not None and self.executor.prefill_phase()
+        self.idled = not batch and self._phased and self.executor is not None and self.executor.prefill_phase()
         decodes = (self._mixed or not batch) and not self.idled
         # The decode step: all but _reqs_finishing_inflight (last token in flight); each stores one more token's KV.
         n_decoding = len(self.running) - self._n_last_in_flight() if decodes else 0

@@ -90,24 +90,22 @@ class MaxPrefillBsTracker:
             if not observed and negotiated is not None:
                 running, _, mrr, waiting = negotiated
                 observed = attempted_prefill_bs(running, mrr, waiting)
-            if observed > 0:
-                self._observe(observed)
+            if observed <= 0:
+                return
+            # The window's max after appending ``observed``, rescanned only when the max itself drops out.
+            window = self._window
+            evicted = window[0] if len(window) == WINDOW_SIZE else None
+            window.append(observed)
+            if observed >= self._value:
+                self._value = observed
+            elif evicted == self._value:
+                self._value = max(window)
+            else:
+                return
+            self.value = int(self._value)
         elif batch_size > self._value:
             self._value = batch_size
             self.value = int(batch_size)
-
-    def _observe(self, observed: int) -> None:
-        """The window's max after appending ``observed``, rescanned only when the max itself drops out."""
-        window = self._window
-        evicted = window[0] if len(window) == WINDOW_SIZE else None
-        window.append(observed)
-        if observed >= self._value:
-            self._value = observed
-        elif evicted == self._value:
-            self._value = max(window)
-        else:
-            return
-        self.value = int(self._value)
 
 
 def attempted_prefill_bs(running_batch: int, max_running_requests: int, waiting_queue_len: int) -> int:
