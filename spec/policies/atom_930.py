@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, NamedTuple, Optional
 
 from ..config import Config, SymLayout, count_in, is_real, layout_params
@@ -623,7 +624,7 @@ POLICY = Policy(
     # the simulator runs it as the SGLang plugin does: at the prefill adder's call sites (a chunk goes on)
     sim=SimBinding(call_site="admission", inputs=lambda f: Atom930Input(True, f.token_usage),
                    idle_inputs=lambda f: Atom930Input(False, f.token_usage),
-                   outcome=lambda d: (d.input_estimation, d.output_allow, d.output_reason, d.wait_forward_passes),
+                   outcome=attrgetter("input_estimation", "output_allow", "output_reason", "wait_forward_passes"),  # a C call
                    colours={"no_wait": "#2ca02c", "wait_success": "#1f77b4", "delay": "#d62728", "wait_timeout": "#ff7f0e",
                             "token_watermark": "#9467bd", "first_call": "#17becf"}),
     extras={"docs": {

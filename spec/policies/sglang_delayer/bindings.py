@@ -115,7 +115,7 @@ SIM = SimBinding(
     call_site="admission",
     inputs=_sim_inputs,
     idle_inputs=_sim_idle,
-    outcome=lambda d: (d.input_estimation, d.output_allow, d.output_reason, d.wait_forward_passes),
+    outcome=attrgetter("input_estimation", "output_allow", "output_reason", "wait_forward_passes"),  # a C call
     colours={"no_wait": "#2ca02c", "wait_success": "#1f77b4", "delay": "#d62728", "wait_timeout": "#ff7f0e",
              "token_watermark": "#9467bd"},
 )
