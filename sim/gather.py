@@ -188,7 +188,7 @@ def _negotiate_once(negotiate: Callable[..., Any]) -> Callable[..., Any]:
 
 # CPython 3.11+ keeps frames on a data stack of 16 KiB chunks, and frees a chunk when its first frame returns. A
 # lock-step round nests every rank's calls (tens of frames a rank): at some depths a function called many times a
-# round starts a chunk, and each call maps and unmaps one (measured: the same run up to 35% slower, by the depth it
+# round starts a chunk, and each call maps and unmaps one (measured: the same run up to 37% slower, by the depth it
 # started at). ``with_stack_room`` runs the loop in a frame with that much unused room: CPython gives such a frame a
 # chunk twice its size, and every frame nested under it fits in the rest.
 _SLOTS_PER_RANK = 1024  # 8 KiB of frames a rank, several times what a round nests

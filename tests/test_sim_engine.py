@@ -105,6 +105,21 @@ def test_lockstep_ranks_share_one_compiled_step_deciding_once_for_equal_argument
     assert len(built) == 3 and len(computed) == 3 * t.passes
 
 
+@pytest.mark.parametrize("world", [1, 8, 16, 64])
+def test_the_loop_runs_in_a_frame_with_room_for_every_rank(world):
+    """``with_stack_room`` returns what it runs, from a frame of at least 1,024 unused slots a rank (its locals are
+    never assigned), so the lock-step round's nested frames fit in the chunk CPython gives that frame."""
+    import sys
+
+    from prefill_delayer.sim.gather import _SLOTS_PER_RANK, with_stack_room
+
+    def caller_locals() -> int:
+        return sys._getframe(1).f_code.co_nlocals
+
+    assert with_stack_room(world, lambda: 7) == 7
+    assert with_stack_room(world, caller_locals) >= _SLOTS_PER_RANK * world
+
+
 @pytest.mark.parametrize("profile", [*PROFILES, "sglang-0.5.20"])
 def test_every_rank_negotiates_exactly_once_per_pass(profile):
     r = run_variant(small(passes=150), Variant.of(profile), POISSON)
