@@ -165,8 +165,8 @@ class RoundStep:
 
 def _negotiate_once(negotiate: Callable[..., Any]) -> Callable[..., Any]:
     """``negotiate``, remembering its last two distinct arguments and results: a round's ranks pass one set of
-    arguments, or two (SGLang's delayer: a rank that asked, and one that negotiated its idle inputs, whose local
-    ``max_running_requests`` is left 0). A call that raises (bad rows) keeps nothing."""
+    arguments, or two (a rank that asked at a call site, and one that negotiated its binding's idle inputs, whose
+    local inputs may be left at their defaults). A call that raises (bad rows) keeps nothing."""
     args_1: Optional[tuple] = None
     args_2: Optional[tuple] = None
     decision_1: Any = None
