@@ -121,6 +121,8 @@ class PrefillDelayer:
                                 registry=getattr(metrics_collector, "registry", None))
         # The call's arguments are the inputs: the core's own compiled pass, with their names and defaults.
         self.negotiate = self._core.negotiate if self.host.inputs is None else _bind_call(self.host, self._core.negotiate)
+        # The inputs the plugin reads from the scheduler itself, which an executor takes by name (``read_from_scheduler``).
+        self.read_names = frozenset(f.name for f in self.host.reads)
         self.finalize = self._core.finalize  # type: ignore[method-assign]
 
     # ----- state -------------------------------------------------------------
@@ -202,9 +204,10 @@ def _bind_call(host: Any, negotiate: Callable[..., Any]) -> Callable[..., Any]:
 
     Generated once per delayer, so a pass pays one plain call for the keyword handling.
     """
-    params = ", ".join(f.name if f.default is None else f"{f.name}={f.default!r}" for f in host.call)
+    params = ", ".join(f.name if f.default is None else f"{f.name}={f.default!r}" for f in host.call + host.reads)
     names = ", ".join(f.name for f in host.call)
-    body = f"_negotiate({names})" if host.inputs is None else f"_negotiate(*_inputs({names}))"
+    reads = "".join(f", {f.name}" for f in host.reads)  # after the call's inputs, as ``HostBinding.reads`` says
+    body = f"_negotiate({names}{reads})" if host.inputs is None else f"_negotiate(*_inputs({names}){reads})"
     namespace: dict[str, Any] = {"_negotiate": negotiate, "_inputs": host.inputs}
     exec(f"def negotiate({params}):\n    return {body}\n", namespace)
     fn: Callable[..., Any] = namespace["negotiate"]
@@ -228,6 +231,21 @@ class PrefillDelayerSinglePassExecutor:
         self._prefill_delayer = prefill_delayer
         self._token_usage = token_usage
         self._result: Any = None
+        self._reads: dict[str, Any] = {}
+
+    def read_from_scheduler(self, name: str, value: Any) -> None:
+        """An input the policy reads from the scheduler itself (``HostBinding.reads``), for this pass's negotiation.
+
+        The plugin's hooks call it before the call site that negotiates (``integrations.sglang.readings``); it is
+        checked with the other inputs when the pass negotiates. A reading after that is an error, never dropped.
+        """
+        if name not in self._prefill_delayer.read_names:
+            raise ValueError(f"{name!r} is not an input the policy reads from the scheduler "
+                             f"(it reads: {', '.join(sorted(self._prefill_delayer.read_names)) or 'none'})")
+        if self._result is not None:
+            raise RuntimeError(f"{name} read from the scheduler after this pass negotiated: the pass's decision did "
+                               "not see it (the reading's hook must run before the call site that negotiates)")
+        self._reads[name] = value
 
     @property
     def _called(self) -> bool:
@@ -254,7 +272,14 @@ class PrefillDelayerSinglePassExecutor:
     ) -> bool:
         result = self._result
         if result is None:
-            result = self._result = self._prefill_delayer.negotiate(
-                local_prefillable, self._token_usage, running_batch, max_prefill_bs, max_running_requests, waiting_queue_len
-            )
+            if self._reads:
+                result = self._result = self._prefill_delayer.negotiate(
+                    local_prefillable, self._token_usage, running_batch, max_prefill_bs, max_running_requests,
+                    waiting_queue_len, **self._reads
+                )
+            else:
+                result = self._result = self._prefill_delayer.negotiate(
+                    local_prefillable, self._token_usage, running_batch, max_prefill_bs, max_running_requests,
+                    waiting_queue_len
+                )
         return result.output_allow  # type: ignore[no-any-return]

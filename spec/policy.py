@@ -370,7 +370,7 @@ class HostBinding:
 
     ``inputs`` maps the call's arguments (``local_prefillable, token_usage,
     running_batch, max_prefill_bs, max_running_requests, waiting_queue_len``) to
-    the policy's inputs; ``idle_call`` are the arguments of a pass that reached no
+    the policy's inputs (None: the call's arguments, then ``reads``, are the inputs); ``idle_call`` are the arguments of a pass that reached no
     call site; ``metrics`` reads SGLang's outcome metrics from a decision;
     ``flags`` are state variables SGLang's code sets from outside, by attribute.
     """
@@ -382,6 +382,9 @@ class HostBinding:
     flags: Mapping[str, str] = field(default_factory=dict)  # attribute -> state field
     settings: Callable[[Any], str] = lambda c: ""  # the settings line the constructor logs, in SGLang's words
     debug_line: Callable[[Any, bool], Optional[str]] = lambda d, actual: None  # SGLang's debug log line for a pass, if any
+    # inputs that are no argument of SGLang's call: the plugin reads each from the scheduler itself
+    # (``integrations/sglang/readings``) and hands it to the pass's executor; they follow the call's in the inputs
+    reads: tuple[Field, ...] = ()
 
 
 @dataclass(frozen=True)

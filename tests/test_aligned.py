@@ -27,7 +27,7 @@ def _run(profile: str, passes: list[tuple[list[Any], list[Any]]], **kw: Any) -> 
     states = [pol.init, pol.init]
     out = []
     for now, inputs in enumerate(passes):
-        ins = [pol.input_cls(*x) for x in inputs]
+        ins = [pol.input_cls(*x[:len(pol.inputs)]) for x in inputs]  # hardened reads no chunk: its six inputs
         locals_ = [pol.local_for(PY, st, float(now), inp) for st, inp in zip(states, ins)]
         rows = [pol.local_row(PY, c, inp, loc) for inp, loc in zip(ins, locals_)]
         v = pol.gathered_view(PY, c, rows)
@@ -48,14 +48,18 @@ NO_DECODE_MIXED = ([True, 0.5, 0, 1, 64, 1], [False, 0.5, 0, 0, 64, 0])
 DECODE_MIXED = ([True, 0.5, 0, 1, 64, 1], [False, 0.5, 3, 0, 64, 0])
 
 
-def test_the_table_is_hardeneds_with_the_mixed_delays_guarded_and_the_must_fire() -> None:
+def test_the_table_is_hardeneds_with_the_delays_guarded_the_must_fire_and_the_long_chunk_allow() -> None:
     mine = {t.name: t for t in aligned.build_table("aligned")}
     theirs = {t.name: t for t in policy_of("hardened").build_table("hardened")}
-    assert set(mine) - set(theirs) == {"idle_mixed_fire", "delaying_mixed_fire"}
+    assert set(mine) - set(theirs) == {"idle_mixed_fire", "delaying_mixed_fire", "idle_all_chunk", "delaying_all_chunk"}
     for name, t in theirs.items():
         extra = ("wait_hidden",) if name.endswith(("mixed_delay", "mixed_timeout")) else ()
+        extra += ("not long_chunk",) if name.endswith(("all_delay", "all_timeout")) else ()
         assert tuple(lit.text() for lit in mine[name].lits) == tuple(lit.text() for lit in t.lits) + extra
     assert mine["idle_mixed_fire"].reason == "no_decode" and mine["idle_mixed_fire"].allows
+    chunk = mine["delaying_all_chunk"]
+    assert chunk.reason == "long_chunk" and chunk.allows and chunk.effects == ("clear", "consume_skip")
+    assert tuple(lit.text() for lit in chunk.lits) == ("status_all", "not exists_force", "delay_wanted", "long_chunk")
 
 
 def test_a_mixed_pass_with_no_decode_holds_at_most_the_hold_then_fires() -> None:
@@ -145,9 +149,13 @@ def test_the_plugin_path_builds_it_with_sglangs_constructor_arguments() -> None:
     from prefill_delayer.runtime.delayer import host_config
 
     args = SimpleNamespace(prefill_delayer_queue_min_ratio=None, prefill_delayer_max_delay_ms=None, prefill_max_requests=None,
-                           enable_dp_attention=True)
+                           enable_dp_attention=True, chunked_prefill_size=4096)
     c = host_config("aligned", args, 2, 1, 1, 30, None)
     assert c.profile == "aligned" and c.policy.host is not None and c.max_delay_passes == 30
+    # the long-chunk threshold is SGLang's chunk size; its "no chunking" (-1) turns the rule off
+    assert c.long_chunk_tokens == 4096 and c.long_chunk_on
+    off = host_config("aligned", SimpleNamespace(**{**vars(args), "chunked_prefill_size": -1}), 2, 1, 1, 30, None)
+    assert off.long_chunk_tokens is None and not off.long_chunk_on
 
 
 @pytest.fixture(scope="module")
@@ -196,3 +204,90 @@ def test_low_load_watermark_is_the_force_allow_watermark_unless_sglangs_is_set()
     with pytest.raises(ConfigError):
         _config("aligned", low_load_watermark=1.5)
     assert not _config("hardened").watermark_on
+
+
+# ----- the long-chunk allow: the one input read from the scheduler beyond SGLang's call -----------------------------
+
+# Every rank can prefill and the slot trigger holds (max_running_requests 0 - running batch 0 < max_prefill_bs 1), so
+# hardened delays an all pass once the one-shot skip is used; rank 1 is mid-way through a chunk of `left` tokens.
+def _all_pass(left: int) -> tuple[list[Any], list[Any]]:
+    return [True, 0.5, 0, 1, 0, 1, 0], [True, 0.5, 0, 1, 0, 1, left]
+
+
+def test_an_all_pass_beside_a_long_chunk_allows_at_once_and_a_short_chunk_changes_nothing() -> None:
+    kw = {"max_delay_passes": 30, "low_load_watermark": None, "long_chunk_tokens": 1000}
+    skip = [_all_pass(0)]  # the first all pass with a trigger uses the one-shot skip
+    assert _run("aligned", skip + [_all_pass(0)] * 2 + [_all_pass(1000)], **kw) == [
+        (True, "no_wait"), (False, "delay"), (False, "delay"), (True, "long_chunk")]
+    short = skip + [_all_pass(999)] * 4
+    assert _run("aligned", short, **kw) == _run("hardened", short, max_delay_passes=30) == [(True, "no_wait")] + [
+        (False, "delay")] * 4
+    # the rule off (SGLang's --chunked-prefill-size -1): hardened pass for pass, whatever the chunk
+    off = skip + [_all_pass(10**6)] * 4
+    assert _run("aligned", off, **{**kw, "long_chunk_tokens": -1}) == _run("hardened", off, max_delay_passes=30)
+    # the chunk counts only on a rank that can prefill: an idle rank's reading is no long chunk
+    idle = [[True, 0.5, 0, 1, 0, 1, 0], [False, 0.5, 0, 0, 0, 0, 5000]]
+    assert _run("aligned", [idle] * 3, **kw) == _run("hardened", [idle] * 3, max_delay_passes=30)
+
+
+def test_a_broken_long_chunk_guard_or_row_is_refuted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reference (refinement) catches a guard that counts one chunk too few; aggregate-view catches a row whose bit
+    ignores whether the rank can prefill (its view would leave the domain the guards are proved over)."""
+    pytest.importorskip("z3")
+    from prefill_delayer.proofs.prove import run_catalogue
+    from prefill_delayer.spec.policies.aligned import chunk
+
+    good = run_catalogue(["aligned"], properties=["refinement", "aggregate-view"])
+    assert {r.property: r.status for r in good} == {"refinement": "proved", "aggregate-view": "proved"}
+    monkeypatch.setattr(aligned_guards, "long_chunk", lambda o, c, v, s: v.num_long_chunk > 1)
+    bad = {r.property: r.status for r in run_catalogue(["aligned"], properties=["refinement"])}
+    assert bad == {"refinement": "refuted"}, bad
+    monkeypatch.undo()
+    pol = policy_of("aligned")
+    monkeypatch.setattr(pol, "local_row", lambda o, c, inp, s: [*chunk.base_row.local_row(o, c, inp, s), o.b2i(
+        o.And(c.long_chunk_on, inp.chunk_tokens_left >= c.long_chunk_min))])
+    bad = {r.property: r.status for r in run_catalogue(["aligned"], properties=["aggregate-view"])}
+    assert bad == {"aggregate-view": "refuted"}, bad
+
+
+def test_the_executor_takes_the_chunk_the_plugins_hook_reads_and_refuses_a_late_or_unknown_reading() -> None:
+    """The hook on PrefillAdder.add_chunked_req hands the chunk's tokens left to the pass's executor, which negotiates
+    with it; a reading after the pass negotiated, or of an input the policy does not read, raises (never dropped)."""
+    from types import SimpleNamespace
+
+    from prefill_delayer.integrations.sglang.readings import READINGS
+    from prefill_delayer.runtime.delayer import PrefillDelayer, PrefillDelayerSinglePassExecutor
+    from prefill_delayer.spec.errors import PassInputError
+
+    args = SimpleNamespace(prefill_delayer_queue_min_ratio=None, prefill_delayer_max_delay_ms=None, prefill_max_requests=None,
+                           enable_dp_attention=True, chunked_prefill_size=256, disable_overlap_schedule=False)
+    delayer = PrefillDelayer(1, 1, None, args, 30, None, profile="aligned", gather=lambda row: [row], decision_log=False)
+    hook = READINGS["chunk_tokens_left"].hook_for("0.5.23")
+
+    def one_pass(fill: int, prefix: int) -> Any:
+        executor = PrefillDelayerSinglePassExecutor(delayer, token_usage=0.5)
+        if fill:  # the scheduler's chunked request: its whole prompt, and what is already in the KV cache
+            hook(SimpleNamespace(prefill_delayer_single_pass=executor),
+                 SimpleNamespace(full_untruncated_fill_ids=[5] * fill, prefix_len=prefix))
+        executor.negotiate_should_allow_prefill(True, running_batch=0, max_prefill_bs=1, max_running_requests=0,
+                                                waiting_queue_len=1)
+        result = executor._result
+        executor.finalize(actual_prefill=result.output_allow)
+        return result.output_allow, result.output_reason
+
+    # 256 tokens left is a whole chunk (chunked_prefill_size), 255 is not
+    assert [one_pass(0, 0), one_pass(0, 0), one_pass(1000, 744), one_pass(1000, 745)] == [
+        (True, "no_wait"), (False, "delay"), (True, "long_chunk"), (False, "delay")]
+    executor = PrefillDelayerSinglePassExecutor(delayer, token_usage=0.5)
+    with pytest.raises(ValueError, match="'nope' is not an input the policy reads"):
+        executor.read_from_scheduler("nope", 1)
+    executor.read_from_scheduler("chunk_tokens_left", -3)
+    with pytest.raises(PassInputError, match="chunk_tokens_left"):
+        executor.negotiate_should_allow_prefill(True)
+    executor = PrefillDelayerSinglePassExecutor(delayer, token_usage=0.5)
+    executor.negotiate_should_allow_prefill(True)
+    with pytest.raises(RuntimeError, match="after this pass negotiated"):
+        executor.read_from_scheduler("chunk_tokens_left", 300)
+    hardened = PrefillDelayer(1, 1, None, args, 30, None, profile="hardened", gather=lambda row: [row], decision_log=False)
+    with pytest.raises(ValueError, match=r"it reads: none"):
+        PrefillDelayerSinglePassExecutor(hardened, token_usage=0.5).read_from_scheduler("chunk_tokens_left", 300)

@@ -108,6 +108,22 @@ def test_sglang_means_the_installed_release_and_an_unknown_one_stops() -> None:
     assert done.returncode == 1 and "the installed SGLang is 0.5.99" in done.stderr.strip().splitlines()[-1]
 
 
+def test_a_profile_that_reads_the_chunk_is_refused_where_add_chunked_req_does_not_negotiate() -> None:
+    """aligned reads the chunk in flight at PrefillAdder.add_chunked_req, which negotiates from SGLang 0.5.17 on: on
+    0.5.16 the plugin stops the process with one line saying so, rather than run aligned blind to the chunk."""
+    script = "import sglang; sglang.__version__ = '0.5.16'\n" + textwrap.dedent(_LOAD)
+    done = run_python(script, {"PREFILL_DELAYER_PROFILE": "aligned"})
+    assert done.returncode == 1, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("prefill-delayer: PREFILL_DELAYER_PROFILE='aligned': profile 'aligned': the policy reads "
+                           "chunk_tokens_left from SGLang's scheduler at PrefillAdder.add_chunked_req, read for SGLang "
+                           "0.5.17, "), last
+    assert last.endswith("only; SGLang 0.5.16's does not negotiate there"), last
+    assert "Traceback" not in done.stderr
+    done = run_python(script, {"PREFILL_DELAYER_PROFILE": "hardened"})  # a profile that reads nothing runs there
+    assert done.returncode == 0, done.stderr
+
+
 def test_install_replaces_by_hand_and_refuses_a_bad_profile_without_replacing() -> None:
     done = run_python("""
         import json

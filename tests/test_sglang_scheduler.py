@@ -393,12 +393,18 @@ CAP = 12  # max_delay_passes above aligned's NO_DECODE_HOLD, so the hold and the
 CPU_SCHEDULE = {"enable_prefill_delayer": True, "prefill_delayer_max_delay_passes": CAP,
                 "prefill_delayer_max_delay_ms": 60000.0, "prefill_delayer_token_usage_low_watermark": 0.0}
 PROMPT, LONG, SHORT = 16, 400, 3  # tokens; LONG outlasts the run, SHORT finishes within a few passes
+# A prompt three chunks long (chunked_prefill_size 256, which the plugin gives aligned as long_chunk_tokens): its
+# second chunk's pass has 1000 - 256 = 744 tokens left (a long chunk), its third 488, its fourth 232 (not one).
+CHUNKED_PROMPT = 1000
 # The phases (first pass, what arrives on each rank): a request on rank 0 while no rank decodes; one on each rank
 # (both prefill, rank 0's finishes and rank 1's decodes on); one on rank 0 while only rank 1 decodes; one on rank 0
 # while rank 0 decodes too (its previous request is in its running batch).
-NO_DECODE, BOTH, DECODE_ELSEWHERE, DECODE_HERE = 1, 15, 25, 41
-CPU_PLAN_PASSES = 56
-ARRIVALS = {NO_DECODE: ([SHORT], []), BOTH: ([SHORT], [LONG]), DECODE_ELSEWHERE: ([LONG], []), DECODE_HERE: ([LONG], [])}
+# Then a prompt of CHUNKED_PROMPT tokens on rank 1, chunked over four passes (aligned's chunk_tokens_left), beside a
+# short one on rank 0 (an all pass admits both; the chunk goes on whatever the later passes decide).
+NO_DECODE, BOTH, DECODE_ELSEWHERE, DECODE_HERE, CHUNKED = 1, 15, 25, 41, 56
+CPU_PLAN_PASSES = 64
+ARRIVALS = {NO_DECODE: ([SHORT], []), BOTH: ([SHORT], [LONG]), DECODE_ELSEWHERE: ([LONG], []), DECODE_HERE: ([LONG], []),
+            CHUNKED: ([SHORT], [[CHUNKED_PROMPT, SHORT]])}
 
 _CPU_SCHEDULER_PROCESS = """
     import faulthandler, json, logging, os, sys
@@ -438,15 +444,18 @@ _CPU_SCHEDULER_PROCESS = """
     own = s.get_new_batch_prefill
 
     def observed(running_batch):  # what the call sites will read of the scheduler, as get_new_batch_prefill starts
-        seen.update(running=running_batch.batch_size(), waiting=len(s.waiting_queue), chunked=s.chunked_req is not None)
+        c = s.chunked_req  # its prompt's tokens not yet in the KV cache: the whole prompt, less the KV it committed
+        seen.update(running=running_batch.batch_size(), waiting=len(s.waiting_queue), chunked=c is not None,
+                    chunk_left=0 if c is None else len(c.origin_input_ids) - c.kv.kv_committed_len)
         return own(running_batch)
 
     s.get_new_batch_prefill = observed
     try:
         for p, per_rank in enumerate(json.loads(os.environ["PLAN"]), 1):
             outputs = per_rank[rank]
-            if outputs:
-                loop.ingest([cs.generate_request(f"r{{rank}}-{{p}}-{{i}}", {prompt}, n) for i, n in enumerate(outputs)])
+            if outputs:  # each an output length (of a {prompt}-token prompt), or [prompt tokens, output length]
+                loop.ingest([cs.generate_request(f"r{{rank}}-{{p}}-{{i}}", *(n if isinstance(n, list) else ({prompt}, n)))
+                             for i, n in enumerate(outputs)])
             seen.clear()
             batch = loop.schedule()
             loop.launch(batch)
@@ -457,9 +466,9 @@ _CPU_SCHEDULER_PROCESS = """
 """
 
 
-def cpu_plan() -> list[list[list[int]]]:
-    """Per pass and rank, the output lengths of the requests that arrive (each of PROMPT tokens)."""
-    plan: list[list[list[int]]] = [[[] for _ in range(WORLD)] for _ in range(CPU_PLAN_PASSES)]
+def cpu_plan() -> list[list[list[Any]]]:
+    """Per pass and rank, the requests that arrive: an output length (a PROMPT-token prompt) or [prompt, output]."""
+    plan: list[list[list[Any]]] = [[[] for _ in range(WORLD)] for _ in range(CPU_PLAN_PASSES)]
     for first, per_rank in ARRIVALS.items():
         plan[first - 1] = [list(x) for x in per_rank]
     return plan
@@ -475,8 +484,9 @@ def _cpu_scheduler_processes(setting: str, tmp: Path) -> tuple[list[list[dict[st
     folder = tmp / f"log-{setting}"
     runs = _run_schedulers(script, setting, tmp, "cpu", lambda rank: {
         "PLAN": json.dumps(cpu_plan()), DECISION_LOG_ENV: str(folder)})
-    for done in runs:
-        assert done.returncode == 0, done.stderr
+    failed = [(rank, done) for rank, done in enumerate(runs) if done.returncode != 0]
+    # every failed rank's end: the first to fail is often not rank 0, whose peer's going only shows in its gather
+    assert not failed, "\n".join(f"rank {rank}, rc {done.returncode}: ...{done.stderr[-2500:]}" for rank, done in failed)
     return [[json.loads(line) for line in done.stdout.splitlines()] for done in runs], folder
 
 
@@ -513,11 +523,11 @@ def test_aligned_reads_the_schedulers_running_batch_and_cuts_the_hold_only_where
     from prefill_delayer.spec.registry import policy_of
 
     aligned, hardened = policy_of("aligned"), policy_of("hardened")
-    # The inputs beyond SGLang's call-site arguments, from the spec: every one must be read from the scheduler object
-    # by the plugin and checked here against what the scheduler held, pass by pass.
+    # The inputs beyond SGLang's call-site arguments, from the spec: every one is read from the scheduler object by
+    # the plugin and checked here against what the scheduler held, pass by pass (chunk_tokens_left, below).
+    assert [f.name for f in aligned.host.reads] == ["chunk_tokens_left"]
     extra = [f for f in aligned.row_names if f not in hardened.row_names]
-    assert not extra, (f"aligned's row has fields beyond the delayer's call-site arguments ({', '.join(extra)}): "
-                       "check each against the scheduler object here, as running_batch is below")
+    assert extra == ["long_chunk"], extra
     assert NO_DECODE_HOLD < CAP - 1
     records, folder = cpu_runs["aligned"]
     for out in records:
@@ -534,6 +544,13 @@ def test_aligned_reads_the_schedulers_running_batch_and_cuts_the_hold_only_where
             assert bool(row["prefillable"]) == called, (rank, s, row)
             assert row["running_batch"] == (s["running"] if called else 0), (rank, s, row)
             assert row["waiting_queue_len"] == (s["waiting"] if called else 0), (rank, s, row)
+            # The chunk in flight, read by the plugin's hook on PrefillAdder.add_chunked_req: the decision log's
+            # reading is the scheduler's chunk, and the row's bit says whether it has a whole chunk (256) left.
+            assert x["chunk_tokens_left"] == s["chunk_left"], (rank, s, x)
+            assert row["long_chunk"] == int(s["chunked"] and s["chunk_left"] >= CPU_RANK["chunked_prefill_size"])
+    # The chunked prompt on rank 1: its chunk passes read 744, 488 and 232 tokens left; the first two are long chunks.
+    chunk_passes = [(x["chunk_tokens_left"], dict(zip(fields, x["row"]))["long_chunk"]) for x in logged[1][CHUNKED:]]
+    assert chunk_passes[:4] == [(744, 1), (488, 1), (232, 0), (0, 0)], (chunk_passes, records[1][CHUNKED - 1:CHUNKED + 6])
     r0, r1 = records[0][1:], records[1][1:]
     hold = ["delay"] * NO_DECODE_HOLD + ["no_decode"]
     cap = ["delay"] * (CAP - 1) + ["wait_timeout"]

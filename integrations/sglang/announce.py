@@ -25,7 +25,7 @@ _announced = False
 _pending: Optional[str] = None
 
 
-def announce(release: str, profile: str, setting: str, how: str, guarded: bool = False) -> None:
+def announce(release: str, profile: str, setting: str, how: str, guarded: bool = False, reads: tuple[tuple[str, str], ...] = ()) -> None:
     """Log the line now if logging would show it; else when the first delayer is built.
 
     A scheduler process loads plugins before it sets up logging, so a line
@@ -42,6 +42,7 @@ def announce(release: str, profile: str, setting: str, how: str, guarded: bool =
         f"({PROFILE_ENV if how == 'plugin' else 'install'}={setting}), spec {spec_hash()}"
         + ("; Scheduler._should_defer_prefill hooked: a deferred pass takes part in the delayer's all-gather"
            if guarded else "")
+        + "".join(f"; {where} hooked: reads {name}" for name, where in reads)
     )
     flush_announcement(final=False)
 

@@ -9,7 +9,10 @@ with classes that have the installed release's constructor and decide as that
 profile, and logs one line naming the profile and the spec hash. In a
 scheduler process of a release that defers prefill per rank (0.5.23), it also
 hooks ``Scheduler._should_defer_prefill`` (AFTER): a deferred pass takes part in
-the delayer's all-gather (``deferral``), and the line says so.
+the delayer's all-gather (``deferral``), and the line says so. A profile that
+reads inputs from the scheduler itself (``HostBinding.reads``: ``aligned``'s chunk
+in flight) gets a BEFORE hook where each is read (``readings``), and the line
+names it; a release where one cannot be read is refused.
 
 A bad value must stop the server, never leave SGLang's own delayer running:
 ``load_plugins`` logs and swallows any ``Exception`` a plugin raises, so
@@ -25,7 +28,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from . import deferral
+from . import deferral, readings
 from .announce import PROFILE_ENV, announce
 
 INSTALLED = "sglang"  # the value that means: the installed release's own profile
@@ -58,7 +61,7 @@ def resolve(setting: str) -> Choice:
     """
     from ...spec.errors import ConfigError
     from ...spec.policies.sglang_delayer.profiles import RELEASES
-    from ...spec.registry import host_profiles, resolve_host_profile
+    from ...spec.registry import host_profiles, policy_of, resolve_host_profile
 
     PROFILES = host_profiles()
     from .releases import API_OF_RELEASE
@@ -86,7 +89,23 @@ def resolve(setting: str) -> Choice:
             f"the installed SGLang is {version}, whose PrefillDelayer constructor this package does not know "
             f"(known: {', '.join(API_OF_RELEASE)}); use one of those releases or unset {PROFILE_ENV}"
         )
+    try:  # what the profile reads from the scheduler itself must be readable in this release, or nothing runs
+        readings.readings_for(tuple(f.name for f in policy_of(profile).host.reads), version)
+    except ValueError as err:
+        raise PluginError(f"profile {profile!r}: {err}") from None
     return Choice(setting, profile, version)
+
+
+def _readings(choice: Choice) -> list:
+    """The readings the chosen profile needs, in a scheduler process (none elsewhere: no scheduler, no pass)."""
+    from ...spec.registry import policy_of
+
+    if not readings.scheduler_loaded():
+        return []
+    found = readings.readings_for(tuple(f.name for f in policy_of(choice.profile).host.reads), choice.release)
+    for reading in found:
+        readings.target_owner(reading)  # the method is there, so the framework's hook cannot fail to apply
+    return found
 
 
 def register() -> None:
@@ -103,9 +122,16 @@ def register() -> None:
         guarded = deferral.needs_guard(choice.release) and deferral.scheduler_loaded()
         if guarded:
             HookRegistry.register(deferral.TARGET, deferral.skip_deferred_pass, HookType.AFTER)
+        reads = _readings(choice)
+        for reading in reads:
+            HookRegistry.register(reading.target, reading.hook_for(choice.release), HookType.BEFORE)
     except Exception as err:  # noqa: BLE001 - any failure stops the process: never SGLang's delayer instead
         raise SystemExit(f"prefill-delayer: {PROFILE_ENV}={setting!r}: {err}") from err
-    announce(choice.release, choice.profile, choice.setting, "plugin", guarded)
+    announce(choice.release, choice.profile, choice.setting, "plugin", guarded, _shown(reads))
+
+
+def _shown(reads: list) -> tuple[tuple[str, str], ...]:
+    return tuple((r.name, ".".join(r.target.rsplit(".", 2)[1:])) for r in reads)
 
 
 def install(profile: str = INSTALLED) -> tuple[type, type]:
@@ -137,5 +163,9 @@ def install(profile: str = INSTALLED) -> tuple[type, type]:
     if guarded:
         scheduler = sys.modules[deferral.SCHEDULER_MODULE].Scheduler
         scheduler._should_defer_prefill = deferral.guard(scheduler._should_defer_prefill)
-    announce(choice.release, choice.profile, choice.setting, "install", guarded)
+    reads = _readings(choice)
+    for reading in reads:
+        owner, method = readings.target_owner(reading), reading.target.rpartition(".")[2]
+        setattr(owner, method, readings.wrap(getattr(owner, method), reading.hook_for(choice.release)))
+    announce(choice.release, choice.profile, choice.setting, "install", guarded, _shown(reads))
     return new

@@ -217,6 +217,10 @@ class PassExecutor:
     def _result(self) -> Optional[Any]:
         return self._pass._result
 
+    def read_from_scheduler(self, name: str, value: Any) -> None:
+        """An input the plugin reads from the scheduler itself (``readings``), for this pass."""
+        self._pass.read_from_scheduler(name, value)
+
     def negotiate_should_allow_prefill(
         self,
         local_prefillable: bool,

@@ -47,19 +47,22 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
-from ...config import is_real
+from ...config import is_int, is_real
+from ...fields import MAX_COUNT
 from ...policy import PROVED, Feature, Invariant, Param, Profile
 from ...table import NEGOTIATE, Transition, lits, resolve
 from .. import sglang_delayer as base
 from ..sglang_delayer import bindings, properties, reference
-from ..sglang_delayer.table import CLEAR, REASONS as BASE_REASONS, build_table as base_build_table
+from ..sglang_delayer.table import CLEAR, CONSUME_SKIP, REASONS as BASE_REASONS, build_table as base_build_table
 from ..sglang_delayer.variables import RELEASED
-from . import guards
+from . import chunk, guards
 
 NAME = "aligned"
 NO_DECODE_FIRE = "no-decode-fire"
 NO_DECODE = "no_decode"
-REASONS = BASE_REASONS + (NO_DECODE,)
+LONG_CHUNK_ALLOW = "long-chunk-allow"
+LONG_CHUNK = "long_chunk"
+REASONS = BASE_REASONS + (NO_DECODE, LONG_CHUNK)
 
 FEATURE = Feature(
     NO_DECODE_FIRE,
@@ -74,9 +77,24 @@ FEATURE = Feature(
     shows_in=("wait_hidden", "mixed_delay", "mixed_timeout", "mixed_fire"),
     invariant="no-decode-hold",
 )
+CHUNK_FEATURE = Feature(
+    LONG_CHUNK_ALLOW,
+    "an all pass beside a long chunk",
+    before="an all pass whose trigger holds delays, whatever the ranks' chunks in flight",
+    after="an all pass whose trigger holds allows at once with long_chunk while some counted rank is mid-way through a "
+    "chunked prompt with at least long_chunk_tokens left",
+    why="that rank prefills every pass whatever the verdict (add_chunked_req goes on), so the delay aligns nothing with "
+    "it and only adds to the other ranks' TTFT (the suite's long-short mix: TTFT p99 8.04 s -> 6.40 s in the "
+    "simulator, no other workload moved)",
+    upstream=(35241,),
+    since=None,
+    shows_in=("all_delay", "all_timeout", "all_chunk"),
+    invariant="",
+)
 PROFILES = (
-    Profile(NAME, base.POLICY.features_of("hardened") | {NO_DECODE_FIRE}, (),
-            "hardened's delayer; a mixed pass with no running decode batch anywhere allows at once (no_decode)"),
+    Profile(NAME, base.POLICY.features_of("hardened") | {NO_DECODE_FIRE, LONG_CHUNK_ALLOW}, (),
+            "hardened's delayer; a mixed pass with no running decode batch anywhere allows at once (no_decode); an "
+            "all pass beside a long chunk in flight allows at once (long_chunk)"),
 )
 _NAMES = tuple(p.name for p in PROFILES)
 
@@ -92,6 +110,10 @@ PARAMETERS = tuple(
     Param("low_load_watermark", LOW_LOAD_WATERMARK,
           "None (off) or a finite number in [0, 1]: the force-allow watermark while token_usage_low_watermark is unset",
           lambda v: v is None or (is_real(v) and math.isfinite(v) and 0.0 <= v <= 1.0)),
+    Param("long_chunk_tokens", chunk.LONG_CHUNK_TOKENS,
+          f"None or an integer <= {MAX_COUNT}: the prompt tokens left of a chunk in flight at which an all pass allows "
+          "at once; None, 0 or below (SGLang's --chunked-prefill-size -1: no chunking) turn the rule off",
+          lambda v: v is None or (is_int(v) and v <= MAX_COUNT), server_arg="chunked_prefill_size"),
 )
 
 
@@ -102,6 +124,7 @@ class AlignedConfig(base.DelayerConfig):
 
     profile: str = NAME
     low_load_watermark: Optional[float] = LOW_LOAD_WATERMARK
+    long_chunk_tokens: Optional[int] = chunk.LONG_CHUNK_TOKENS
 
     policy_name = NAME
 
@@ -109,6 +132,17 @@ class AlignedConfig(base.DelayerConfig):
         super().__post_init__()
         if self.low_load_watermark is not None:
             object.__setattr__(self, "low_load_watermark", float(self.low_load_watermark))
+        if self.long_chunk_tokens is not None and self.long_chunk_tokens < 1:  # SGLang's "no chunking": no chunk
+            object.__setattr__(self, "long_chunk_tokens", None)
+
+    @property
+    def long_chunk_on(self) -> bool:
+        return self.long_chunk_tokens is not None
+
+    @property
+    def long_chunk_min(self) -> int:
+        """The threshold the row compares with (any value while the rule is off: the bit is then 0)."""
+        return 1 if self.long_chunk_tokens is None else self.long_chunk_tokens
 
     @classmethod
     def _parameters(cls) -> tuple[Param, ...]:
@@ -125,21 +159,29 @@ class AlignedConfig(base.DelayerConfig):
         return 0.0 if self.low_load_watermark is None else self.low_load_watermark
 
 
-# ----- the table: the delayer's, its mixed delay rows guarded by decode_running, and the must-fire --------------
+# ----- the table: the delayer's, its mixed delay rows guarded by decode_running, and the must-fire; its all delay
+# rows guarded by long_chunk, and the allow beside a long chunk --------------------------------------------------
 
 
 def build_table(profile: str) -> Any:
-    """``hardened``'s rows for ``profile``'s features; a mixed pass delays or times out only while decode runs."""
+    """``hardened``'s rows for ``profile``'s features; a mixed pass delays or times out only while decode runs, an
+    ``all`` pass only while no counted rank is mid-way through a long chunk."""
     table = base_build_table(profile)
     rows: list[Transition] = []
     for t in table:
         suffix = t.name.partition("_")[2]
         if suffix in ("mixed_delay", "mixed_timeout"):
             t = replace(t, lits=t.lits + lits("wait_hidden"))
+        if suffix in ("all_delay", "all_timeout"):
+            t = replace(t, lits=t.lits + lits("!long_chunk"))
         rows.append(t)
         if suffix == "mixed_timeout":
             rows.append(Transition(f"{t.source}_mixed_fire", NEGOTIATE, t.source, RELEASED,
                                    lits("status_mixed", "!exists_force", "!wait_hidden"), NO_DECODE, (CLEAR,), True))
+        if suffix == "all_timeout":
+            rows.append(Transition(f"{t.source}_all_chunk", NEGOTIATE, t.source, RELEASED,
+                                   lits("status_all", "!exists_force", "delay_wanted", "long_chunk"), LONG_CHUNK,
+                                   (CLEAR, CONSUME_SKIP), True))
     return resolve(table.profile, table.states, rows, {name: getattr(guards, name) for name in guards.TABLE_GUARDS})
 
 
@@ -147,21 +189,30 @@ def build_table(profile: str) -> Any:
 
 
 def reference_pass(o: Any, c: Any, st: Any, v: Any, now: Any, inp: Any) -> tuple[dict, tuple]:
-    """``hardened``'s reference, overridden where a mixed pass without force has no running batch anywhere."""
+    """``hardened``'s reference, overridden where a mixed pass without force has no running batch anywhere, and
+    where an ``all`` pass without force that hardened holds (or times out) has a long chunk in flight."""
     outputs, nxt = reference.reference_pass(o, c, st, v, now, inp)
     waiting = st.control == "delaying"
     held = o.If(waiting, st.delayed_count, 0)
-    fire = o.And(v.num_prefillable > 0, v.num_prefillable < v.n, o.Not(v.num_force > 0), v.running_batch == 0,
-                 held >= guards.NO_DECODE_HOLD)
-    fired = {
-        "output_reason": REASONS.index(NO_DECODE),
+    released = {
         "output_allow": True,
         "wait_forward_passes": o.If(waiting, st.delayed_count, 0),
         "wait_seconds": o.If(waiting, now - st.wait_start, 0),
     }
-    fired_next = (reference.IDLE, 0, o.RealVal(0), st.skip_first_armed)
-    out = {k: o.If(fire, fired[k], x) for k, x in outputs.items()}
-    return out, tuple(o.If(fire, a, b) for a, b in zip(fired_next, nxt))
+    fire = o.And(v.num_prefillable > 0, v.num_prefillable < v.n, o.Not(v.num_force > 0), v.running_batch == 0,
+                 held >= guards.NO_DECODE_HOLD)
+    hardened_holds = o.Or(outputs["output_reason"] == BASE_REASONS.index("delay"),
+                          outputs["output_reason"] == BASE_REASONS.index("wait_timeout"))
+    chunk_allow = o.And(v.num_prefillable == v.n, o.Not(v.num_force > 0), hardened_holds, v.num_long_chunk > 0)
+    # the skip flag as hardened leaves it: the all pass's trigger consumed it as a delay would have
+    nxt_chunk = (reference.IDLE, 0, o.RealVal(0), nxt[3])
+    nxt_fire = (reference.IDLE, 0, o.RealVal(0), st.skip_first_armed)
+    out = {}
+    for k, x in outputs.items():
+        x = o.If(chunk_allow, released.get(k, REASONS.index(LONG_CHUNK)), x)
+        out[k] = o.If(fire, released.get(k, REASONS.index(NO_DECODE)), x)
+    after = tuple(o.If(fire, a, o.If(chunk_allow, b, x)) for a, b, x in zip(nxt_fire, nxt_chunk, nxt))
+    return out, after
 
 
 # ----- properties: hardened's, and the must-fire ------------------------------------------------------------------
@@ -185,14 +236,14 @@ INVARIANTS = tuple(_for_aligned(inv) for inv in properties.INVARIANTS if inv.id 
 
 
 def _debug_line(output: Any, actual_execution: bool) -> Any:
-    """The delayer's debug lines; the must-fire logs none (it is no timeout and no watermark)."""
-    if output.output_reason == NO_DECODE:
+    """The delayer's debug lines; the must-fire and the long-chunk allow log none (no timeout, no watermark)."""
+    if output.output_reason in (NO_DECODE, LONG_CHUNK):
         return None
     return bindings.HOST.debug_line(output, actual_execution)
 
 
 def _settings(c: Any) -> str:
-    return bindings.HOST.settings(c) + f" low_load_watermark={c.low_load_watermark}"
+    return bindings.HOST.settings(c) + f" low_load_watermark={c.low_load_watermark} long_chunk_tokens={c.long_chunk_tokens}"
 
 
 B = base.POLICY.proof
@@ -200,13 +251,14 @@ B = base.POLICY.proof
 
 def bmc_config(o: Any, c: Any) -> tuple[list, Any]:
     """The delayer's counterexample configuration, with ``low_load_watermark`` off: the counterexample's watermark is
-    SGLang's option alone (``token_usage_low_watermark``), so replaying an unset one must not bring ours in."""
+    SGLang's option alone (``token_usage_low_watermark``), so replaying an unset one must not bring ours in; and a
+    small ``long_chunk_tokens``, so a trace's chunks read at a glance."""
     assertions, trace_config = B.bmc_config(o, c)
 
     def aligned_trace_config(val: Any, ranks: int) -> dict:
-        return {**trace_config(val, ranks), "low_load_watermark": None}
+        return {**trace_config(val, ranks), "low_load_watermark": None, "long_chunk_tokens": val(c.long_chunk_min) if val(c.long_chunk_on) else None}
 
-    return assertions, aligned_trace_config
+    return [*assertions, c.long_chunk_min <= 1000], aligned_trace_config
 
 
 POLICY = replace(
@@ -220,7 +272,14 @@ POLICY = replace(
     config_cls=AlignedConfig,
     params=PARAMETERS,
     profiles=PROFILES,
-    features=base.POLICY.features + (FEATURE,),
+    features=base.POLICY.features + (FEATURE, CHUNK_FEATURE),
+    inputs=chunk.INPUTS,
+    input_cls=chunk.PassInput,
+    row=chunk.ROW,
+    local_row=chunk.local_row,
+    view=chunk.VIEW,
+    view_cls=chunk.View,
+    view_domain=chunk.view_domain,
     default_profile=NAME,
     release_aliases={},
     guards=guards,
@@ -229,10 +288,15 @@ POLICY = replace(
     reasons=REASONS,
     build_table=build_table,
     invariants=INVARIANTS,
-    log=replace(bindings.LOG, reason_order=bindings.LOG.reason_order[:-1] + (NO_DECODE, "")),
-    proof=replace(B, reference=reference_pass, bmc_config=bmc_config),
-    host=replace(bindings.HOST, debug_line=_debug_line, settings=_settings),
-    sim=replace(bindings.SIM, colours={**bindings.SIM.colours, NO_DECODE: "#17becf"}),
+    trace=chunk.TRACE,
+    log=replace(chunk.LOG, reason_order=bindings.LOG.reason_order[:-1] + (NO_DECODE, LONG_CHUNK, "")),
+    proof=replace(B, reference=reference_pass, reference_row=chunk.reference_row, bmc_config=bmc_config,
+                  sym_config=chunk.sym_config, config_domain=chunk.config_domain, scope_ranges=chunk.scope_ranges,
+                  witness_row=chunk.witness_row, split_view=chunk.split_view, idle_row=chunk.idle_row,
+                  layout_witness=chunk.layout_witness),
+    host=replace(bindings.HOST, reads=(chunk.CHUNK_FIELD,), debug_line=_debug_line, settings=_settings),
+    sim=replace(bindings.SIM, inputs=chunk.sim_inputs, idle_inputs=chunk.sim_idle, params=chunk.sim_params,
+                colours={**bindings.SIM.colours, NO_DECODE: "#17becf", LONG_CHUNK: "#8c564b"}),
     extras={"docs": {
         "engine": "SGLang",
         "no_features": "none",

@@ -1,4 +1,4 @@
-"""The aligned policy's guards: the delayer's, and one more that asks whether a delay is still worth it.
+"""The aligned policy's guards: the delayer's, and two more that ask whether a delay is still worth it.
 
 A delayed mixed pass costs little while the ranks that cannot prefill run a
 decode batch: the wait overlaps useful work. When no counted rank has a running
@@ -40,7 +40,14 @@ def wait_hidden(o: Any, c: Any, v: Any, s: Any) -> Any:
     return o.Or(v.running_batch > 0, s.delayed_count < NO_DECODE_HOLD)
 
 
-GUARD_NAMES = _DELAYER_GUARDS + ("wait_hidden",)
-TABLE_GUARDS = ("status_none", "status_all", "status_mixed", "exists_force", "below_cap", "delay_wanted", "wait_hidden")
+def long_chunk(o: Any, c: Any, v: Any, s: Any) -> Any:
+    """Some counted rank is mid-way through a chunked prompt with at least long_chunk_tokens left: it prefills every
+    pass whatever the verdict, so delaying the others aligns nothing with it (``chunk``)."""
+    return v.num_long_chunk > 0
 
-__all__ = ["GUARD_NAMES", "NO_DECODE_HOLD", "TABLE_GUARDS", "wait_hidden"]
+
+GUARD_NAMES = _DELAYER_GUARDS + ("wait_hidden", "long_chunk")
+TABLE_GUARDS = ("status_none", "status_all", "status_mixed", "exists_force", "below_cap", "delay_wanted", "wait_hidden",
+                "long_chunk")
+
+__all__ = ["GUARD_NAMES", "NO_DECODE_HOLD", "TABLE_GUARDS", "long_chunk", "wait_hidden"]

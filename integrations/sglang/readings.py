@@ -1,0 +1,110 @@
+"""What the plugin reads from SGLang's scheduler itself, for a policy's inputs that are no argument of SGLang's call.
+
+A policy declares them (``HostBinding.reads``); each has here the scheduler
+method it is read at, a BEFORE hook that reads it there and hands it to the
+pass's executor (``read_from_scheduler``), and the releases whose code the hook
+was read against. One so far:
+
+``chunk_tokens_left`` (``aligned``): the prompt tokens left of this rank's
+chunked request in flight. ``Scheduler.get_new_batch_prefill`` calls
+``PrefillAdder.add_chunked_req(req)`` with the chunk, after
+``req.init_next_round_input()`` and before any other call site, and from 0.5.17
+on that method negotiates with ``local_prefillable=True`` whatever the verdict.
+It computes the number itself as ``cand_extend_input_len``:
+``len(req.full_untruncated_fill_ids) - req.prefix_len`` in 0.5.22-0.5.23,
+``- len(req.prefix_indices)`` in 0.5.17-0.5.21 (read off each release's
+``schedule_policy.py`` and ``scheduler.py``). A rank with no chunk never reaches
+the hook, so the executor's default, 0, stands. In 0.5.14-0.5.16
+``add_chunked_req`` does not negotiate (a chunked rank is not prefillable at a
+call site), so a policy that reads it is refused there, at start-up.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+SCHEDULE_POLICY_MODULE = "sglang.srt.managers.schedule_policy"
+ADD_CHUNKED_REQ = f"{SCHEDULE_POLICY_MODULE}.PrefillAdder.add_chunked_req"
+_HOOKED = "_prefill_delayer_readings"
+
+
+def _left_by_prefix_len(req: Any) -> int:
+    return len(req.full_untruncated_fill_ids) - req.prefix_len  # type: ignore[no-any-return]
+
+
+def _left_by_prefix_indices(req: Any) -> int:
+    return len(req.full_untruncated_fill_ids) - len(req.prefix_indices)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One input read from the scheduler: where (a method, hooked BEFORE) and how, per release."""
+
+    name: str
+    target: str  # "module.Class.method": its first argument after self is what ``read`` reads
+    read: Mapping[str, Callable[[Any], int]]  # release -> (the method's argument) -> the value
+
+    def hook_for(self, release: str) -> Callable[..., None]:
+        """The BEFORE hook for ``release``: hands the value to the executor of the pass the method belongs to."""
+        read, name = self.read[release], self.name
+
+        def read_before(adder: Any, req: Any, *args: Any, **kwargs: Any) -> None:
+            executor = adder.prefill_delayer_single_pass
+            if executor is not None:
+                executor.read_from_scheduler(name, read(req))
+
+        setattr(read_before, _HOOKED, name)
+        return read_before
+
+
+_CHUNK_RELEASES = {
+    **{r: _left_by_prefix_indices for r in ("0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21")},
+    **{r: _left_by_prefix_len for r in ("0.5.22", "0.5.23")},
+}
+READINGS = {"chunk_tokens_left": Reading("chunk_tokens_left", ADD_CHUNKED_REQ, _CHUNK_RELEASES)}
+
+
+def readings_for(names: tuple[str, ...], release: str) -> list[Reading]:
+    """The readings a policy's ``reads`` need on ``release``; ``ValueError`` saying why when one cannot be read there."""
+    out = []
+    for name in names:
+        reading = READINGS.get(name)
+        if reading is None:
+            raise ValueError(f"the policy reads {name!r} from the scheduler, which this plugin cannot read")
+        if release not in reading.read:
+            raise ValueError(
+                f"the policy reads {name} from SGLang's scheduler at {reading.target.rpartition('.')[0].rpartition('.')[2]}."
+                f"{reading.target.rpartition('.')[2]}, read for SGLang {', '.join(reading.read)} only; "
+                f"SGLang {release}'s does not negotiate there")
+        out.append(reading)
+    return out
+
+
+def scheduler_loaded() -> bool:
+    """The module the hooks' targets live in is imported: a scheduler process."""
+    return SCHEDULE_POLICY_MODULE in sys.modules
+
+
+def target_owner(reading: Reading) -> Any:
+    """The class whose method the reading hooks, from the loaded module (``AttributeError`` if the release lacks it)."""
+    module, cls, method = reading.target.rsplit(".", 2)
+    owner = getattr(sys.modules[module], cls)
+    getattr(owner, method)
+    return owner
+
+
+def wrap(original: Callable[..., Any], hook: Callable[..., None]) -> Callable[..., Any]:
+    """``original`` with ``hook`` before it (what the plugin framework's BEFORE does): ``install``'s way."""
+    if getattr(original, _HOOKED, None) == getattr(hook, _HOOKED):
+        return original
+
+    @functools.wraps(original)
+    def hooked(self: Any, req: Any, *args: Any, **kwargs: Any) -> Any:
+        hook(self, req, *args, **kwargs)
+        return original(self, req, *args, **kwargs)
+
+    setattr(hooked, _HOOKED, getattr(hook, _HOOKED))
+    return hooked

@@ -1,0 +1,189 @@
+"""The one input ``aligned`` reads beyond SGLang's call: the prompt tokens left of this rank's chunk in flight.
+
+Why it is needed: on SGLang #35241's long-short mix, a rank part-way through a
+long prompt prefills every pass whatever the verdict (``add_chunked_req`` goes
+on regardless), so an ``all`` pass that delays the other ranks to fill a batch
+aligns nothing with it: the chunked rank's next passes are prefill passes
+anyway, and the delay only adds to the short prompts' TTFT. With at least
+``long_chunk_tokens`` prompt tokens left on some counted rank, such a pass
+allows at once (``long_chunk``). The simulator measured it: TTFT p99 of the
+long-short workload 8.04 s -> 6.40 s, no other workload moved
+(``docs/simulation.md``).
+
+Where it is read: SGLang's ``PrefillAdder.add_chunked_req(req)`` (0.5.17 on)
+negotiates with the chunk in hand and computes the same number itself
+(``cand_extend_input_len``: ``len(req.full_untruncated_fill_ids) - req.prefix_len``
+in 0.5.22-0.5.23); the plugin reads it there (``integrations/sglang/readings``)
+and hands it to the pass's executor, 0 on a rank with no chunk.
+
+The threshold is SGLang's own ``--chunked-prefill-size`` wherever the scheduler
+has one (``Param.server_arg``; the simulator's chunk budget likewise): a rank with
+at least a whole chunk left prefills a full pass now and the next pass too. The
+row carries one bit (``long_chunk``: prefillable with at least
+``long_chunk_tokens`` left), the view its sum over the counted rows; the rest is
+the delayer's (``spec/policies/sglang_delayer``), extended, not restated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, NamedTuple
+
+from ...fields import BOOL, COUNT, MAX_COUNT, Field
+from ...policy import Agg
+from ...schema import LogSchema
+from ..sglang_delayer import bindings, reference, row as base_row, scope
+from ..sglang_delayer.variables import INPUTS as BASE_INPUTS, PassInput as BasePassInput
+
+CHUNK = "chunk_tokens_left"
+# The prompt tokens left on a chunked rank at which an ``all`` pass is not worth delaying, where no scheduler gives its
+# chunk size (SGLang's --chunked-prefill-size replaces it): SGLang's usual chunk, 8,192 tokens. Every proof covers
+# every value >= 1, and the rule off.
+LONG_CHUNK_TOKENS = 8192
+
+CHUNK_FIELD = Field(CHUNK, COUNT, "prompt tokens left of this rank's chunked request in flight (0: none)", default=0,
+                    sym="ctl")
+INPUTS = BASE_INPUTS + (CHUNK_FIELD,)
+
+
+class PassInput(NamedTuple):
+    """The delayer's call arguments, then what the plugin reads at ``add_chunked_req``."""
+
+    local_prefillable: bool
+    token_usage: float
+    running_batch: int = 0
+    max_prefill_bs: int = 0
+    max_running_requests: int = 0
+    waiting_queue_len: int = 0
+    chunk_tokens_left: int = 0
+
+
+assert PassInput._fields == BasePassInput._fields + (CHUNK,)
+
+ROW = base_row.ROW + (Field("long_chunk", BOOL, "prefillable, with at least long_chunk_tokens left of its chunk"),)
+
+
+def long_chunk_bit(o: Any, c: Any, inp: Any) -> Any:
+    """This rank can prefill and its chunk in flight has at least ``long_chunk_tokens`` prompt tokens left."""
+    return o.And(inp.local_prefillable, c.long_chunk_on, inp.chunk_tokens_left >= c.long_chunk_min)
+
+
+def local_row(o: Any, c: Any, inp: Any, s: Any) -> list[Any]:
+    """The delayer's row, then the long-chunk bit."""
+    return [*base_row.local_row(o, c, inp, s), o.b2i(long_chunk_bit(o, c, inp))]
+
+
+class View(NamedTuple):
+    """The delayer's view, and how many counted rows are mid-way through a long chunk."""
+
+    n: Any
+    num_prefillable: Any
+    num_force: Any
+    running_batch: Any
+    max_prefill_bs: Any
+    waiting_queue_len: Any
+    timeout_any: Any
+    mrr_max: Any
+    num_long_chunk: Any
+
+
+assert View._fields == base_row.View._fields + ("num_long_chunk",)
+VIEW = base_row.VIEW + (Agg("num_long_chunk", "sum", "long_chunk"),)
+
+
+def view_domain(o: Any, c: Any, v: Any) -> list:
+    """The delayer's, and: a long-chunk row is a prefillable one, and there is none with the rule off."""
+    return [*base_row.view_domain(o, c, v), 0 <= v.num_long_chunk, v.num_long_chunk <= v.num_prefillable,
+            o.Or(o.Not(v.num_long_chunk > 0), c.long_chunk_on)]
+
+
+# ----- the proofs' symbolic configuration and witnesses: the delayer's, with the threshold and the bit -------------
+
+
+@dataclass
+class SymConfig(scope.SymConfig):
+    """The delayer's symbolic configuration, and the threshold: on or off, and at any value (both variables)."""
+
+    long_chunk_on: Any = False
+    long_chunk_min: Any = 1
+
+
+def sym_config(o: Any, fam: Any, tag: str = "") -> SymConfig:
+    c = scope.sym_config(o, fam, tag)
+    return SymConfig(**{f.name: getattr(c, f.name) for f in fields(c)}, long_chunk_on=o.Bool(f"long_chunk_on{tag}"),
+                     long_chunk_min=o.Int(f"long_chunk_tokens{tag}"))
+
+
+def config_domain(o: Any, c: Any) -> list:
+    return [*scope.config_domain(o, c), c.long_chunk_min >= 1, c.long_chunk_min <= MAX_COUNT]
+
+
+def scope_ranges(fams: Any) -> str:
+    return scope.scope_ranges(fams) + ", long_chunk_tokens off or any >= 1"
+
+
+def _with_chunk(o: Any, c: Any, inp: BasePassInput, long: Any) -> PassInput:
+    return PassInput(*inp, o.If(long, c.long_chunk_min, 0))
+
+
+def witness_row(o: Any, c: Any, v: View) -> tuple[PassInput, Any]:
+    """The delayer's witness, mid-way through a long chunk when ``v`` has such a row (it is then prefillable)."""
+    inp, local = scope.witness_row(o, c, v)
+    return _with_chunk(o, c, inp, v.num_long_chunk >= 1), local
+
+
+def split_view(o: Any, v: View) -> View:
+    less = scope.split_view(o, v)
+    return less._replace(num_long_chunk=v.num_long_chunk - o.If(v.num_long_chunk >= 1, 1, 0))
+
+
+def idle_row(o: Any) -> tuple[PassInput, Any]:
+    inp, local = scope.idle_row(o)
+    return PassInput(*inp, 0), local
+
+
+def layout_witness(o: Any, c: Any, v: View, group: int, counted: bool, groups: int) -> tuple[PassInput, Any]:
+    """The delayer's layout witness; counted rank g is mid-way through a long chunk iff g < num_long_chunk."""
+    inp, local = scope.layout_witness(o, c, v, group, counted, groups)
+    g = group if counted else groups
+    return _with_chunk(o, c, inp, o.And(o.BoolVal(g < groups), g < v.num_long_chunk)), local
+
+
+def reference_row(o: Any, c: Any, inp: Any, s: Any) -> list:
+    """The releases' row (``reference.reference_row``), and the bit as written from its definition above."""
+    long = o.If(o.And(inp.local_prefillable, c.long_chunk_on, o.Not(inp.chunk_tokens_left < c.long_chunk_min)), 1, 0)
+    return [*reference.reference_row(o, c, inp, s), long]
+
+
+# ----- the decision log, traces and the simulator: the delayer's, with the reading ---------------------------------
+
+LOG = LogSchema(
+    readings=bindings.LOG.readings + ((CHUNK, CHUNK),),
+    inputs_from_row=lambda o, row, r: PassInput._make((*bindings.LOG.inputs_from_row(o, row, r), r[CHUNK])),
+    set_flags=bindings.LOG.set_flags,
+    reason_order=bindings.LOG.reason_order,
+    mixed=bindings.LOG.mixed,
+    bridge=bindings.LOG.bridge,
+)
+
+TRACE = bindings.TRACE.__class__(
+    inputs=bindings.TRACE.inputs + (CHUNK_FIELD,),
+    expect=bindings.TRACE.expect,
+    config=bindings.TRACE.config + ("long_chunk_tokens",),
+)
+
+_new = tuple.__new__
+
+
+def sim_params(settings: Any) -> dict[str, Any]:
+    """The simulated scheduler's chunk budget is SGLang's --chunked-prefill-size: the threshold, as in the plugin."""
+    return {"long_chunk_tokens": settings["chunked_prefill_size"]} if "chunked_prefill_size" in settings else {}
+
+
+def sim_inputs(facts: Any) -> PassInput:
+    """A rank that asks: the delayer's call (``bindings.SIM_FACTS``), and the simulated chunk's tokens left."""
+    return _new(PassInput, (True, *bindings.SIM_FACTS(facts), facts.chunk_tokens_left))
+
+
+def sim_idle(facts: Any) -> PassInput:
+    return PassInput(False, facts.token_usage, chunk_tokens_left=facts.chunk_tokens_left)
