@@ -1,4 +1,4 @@
-"""The five ``server_args`` fields the delayer reads, so callers need no SGLang.
+"""The ``server_args`` fields the policies SGLang's call sites drive read, so callers need no SGLang.
 
 ``PrefillDelayer`` reads any object with these attributes (SGLang's own
 ``ServerArgs`` included); this dataclass is the minimal stand-in for tests,
@@ -23,6 +23,8 @@ class ServerArgs:
     prefill_delayer_queue_min_ratio: Optional[float] = None
     prefill_delayer_max_delay_ms: Optional[float] = None
     prefill_max_requests: Optional[int] = None
+    # SGLang's --chunked-prefill-size, at its usual value (-1: no chunking): aligned's long-chunk threshold
+    chunked_prefill_size: Optional[int] = 8192
 
 
 def get_bool_env_var(name: str, default: str = "false") -> bool:

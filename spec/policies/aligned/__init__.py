@@ -8,14 +8,18 @@ runs a decode batch (one output token per request), so the delays overlap
 nothing: they cost TTFT and passes and align nothing a later pass would not.
 
 The policy is ``hardened``'s delayer (every variable, input, row field, view field
-and guard of ``spec/policies/sglang_delayer``, not restated) with one change, the
+and guard of ``spec/policies/sglang_delayer``, not restated) with two changes. The
 feature ``no-decode-fire``: a mixed pass with no counted rank below the
 watermark delays only while some counted rank has a running batch
 (``decode_running``: the gathered max of ``running_batch`` is positive);
 otherwise it allows at once with reason ``no_decode`` (a must-fire: nothing
 hides the wait). With decode running it is ``hardened`` pass for pass, so it
 keeps every property ``hardened`` proves, the token-watermark force-allow and the
-pass cap (the stall give-up, counted in passes, no clock) included.
+pass cap (the stall give-up, counted in passes, no clock) included. The feature
+``long-chunk-allow`` (``chunk``): an ``all`` pass that hardened would hold allows at
+once (``long_chunk``) while some counted rank is mid-way through a chunked prompt
+with at least ``long_chunk_tokens`` (SGLang's ``--chunked-prefill-size``) left: that
+rank prefills whatever the verdict, so the hold aligns nothing with it.
 
 Below the load at which delaying pays it does not delay at all: its own parameter
 ``low_load_watermark`` (default ``LOW_LOAD_WATERMARK``, 0.28) is the token-usage
@@ -35,10 +39,11 @@ on the decode-heavy mix and on #32880 the delayer's waits are the whole distance
 as hardened does. The value is the simulator's (suite ``default``, 1M KV tokens per
 rank): a deployment with another KV pool or context mix should set it.
 
-Inputs: exactly the arguments of SGLang 0.5.23's delayer call sites
-(``running_batch`` is already gathered; ``token_usage`` is the call site's own), so the
-plugin and the simulator's SGLang path run it as they run SGLang's delayer, and its
-decision log is the delayer's.
+Inputs: the arguments of SGLang's delayer call sites (``running_batch`` is already
+gathered; ``token_usage`` is the call site's own), run as the plugin and the
+simulator's SGLang path run SGLang's delayer, and one more, ``chunk_tokens_left``,
+which the plugin reads from the scheduler (``HostBinding.reads``) and the decision
+log records as a reading.
 """
 
 from __future__ import annotations
@@ -264,11 +269,12 @@ def bmc_config(o: Any, c: Any) -> tuple[list, Any]:
 POLICY = replace(
     base.POLICY,
     name=NAME,
-    title="aligned: the hardened delayer with a must-fire when no decode hides the wait",
+    title="aligned: the hardened delayer with a must-fire when no decode hides the wait, and no hold beside a long chunk",
     summary="hardened's delayer, whose mixed pass with no running decode batch on any rank is held at most "
     f"{guards.NO_DECODE_HOLD} passes, then allowed (ours, from SGLang #35241's persistent mixed loop), and which "
-    f"allows at once below {LOW_LOAD_WATERMARK:g} KV token usage (low_load_watermark) unless SGLang's watermark is set",
-    source="ours: spec/policies/sglang_delayer's hardened profile and the feature no-decode-fire",
+    f"allows at once below {LOW_LOAD_WATERMARK:g} KV token usage (low_load_watermark) unless SGLang's watermark is set, "
+    "and on an all pass beside a chunk in flight with a whole chunk left (long_chunk)",
+    source="ours: spec/policies/sglang_delayer's hardened profile and the features no-decode-fire and long-chunk-allow",
     config_cls=AlignedConfig,
     params=PARAMETERS,
     profiles=PROFILES,
@@ -297,16 +303,18 @@ POLICY = replace(
     host=replace(bindings.HOST, reads=(chunk.CHUNK_FIELD,), debug_line=_debug_line, settings=_settings),
     sim=replace(bindings.SIM, inputs=chunk.sim_inputs, idle_inputs=chunk.sim_idle, params=chunk.sim_params,
                 colours={**bindings.SIM.colours, NO_DECODE: "#17becf", LONG_CHUNK: "#8c564b"}),
+    symbols=base.POLICY.symbols + chunk.SYMBOLS,
     extras={"docs": {
         "engine": "SGLang",
         "no_features": "none",
-        "releases_intro": "Ours, in no release: `aligned` is `hardened` plus the feature `no-decode-fire`; it runs "
-        "wherever `hardened` runs (the plugin, the simulator's SGLang path, check-log).",
+        "releases_intro": "Ours, in no release: `aligned` is `hardened` plus the features `no-decode-fire` and "
+        "`long-chunk-allow`; it runs where `hardened` runs (the simulator's SGLang path, check-log, the plugin on "
+        "SGLang 0.5.17 and later, whose `PrefillAdder.add_chunked_req` negotiates with the chunk it reads).",
         "where": {
             "features": "spec/policies/aligned/__init__.py",
             "invariants": "spec/policies/aligned/__init__.py",
-            "scope": "spec/policies/sglang_delayer/scope.py",
-            "parameters": "spec/policies/sglang_delayer/config.py",
+            "scope": "spec/policies/sglang_delayer/scope.py and spec/policies/aligned/chunk.py",
+            "parameters": "spec/policies/sglang_delayer/config.py and spec/policies/aligned/__init__.py",
         },
     }},
 )

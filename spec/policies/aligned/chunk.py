@@ -30,6 +30,7 @@ from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
 from ...fields import BOOL, COUNT, MAX_COUNT, Field
+from ...glossary import VIEW as VIEW_SYMBOL, Symbol
 from ...policy import Agg
 from ...schema import LogSchema
 from ..sglang_delayer import bindings, reference, row as base_row, scope
@@ -89,6 +90,8 @@ class View(NamedTuple):
 
 assert View._fields == base_row.View._fields + ("num_long_chunk",)
 VIEW = base_row.VIEW + (Agg("num_long_chunk", "sum", "long_chunk"),)
+SYMBOLS = (Symbol(VIEW_SYMBOL, "num_long_chunk", "num_long_chunk",
+                  "counted rows with long_chunk = 1: prefillable, with at least long_chunk_tokens left of a chunk in flight"),)
 
 
 def view_domain(o: Any, c: Any, v: Any) -> list:
