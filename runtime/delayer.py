@@ -12,7 +12,8 @@ itself is ``PolicyCore``'s.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Optional
+from types import MappingProxyType
+from typing import Any, Callable, Mapping, Optional
 
 from ..spec.config import Config
 from ..spec.errors import ConfigError
@@ -227,11 +228,14 @@ class PrefillDelayerSinglePassExecutor:
     fires the table's ``finalize``.
     """
 
+    # The inputs read from the scheduler for this pass (``read_from_scheduler``); none by default, without a dict
+    # made per pass (an executor is built every pass).
+    _reads: Mapping[str, Any] = MappingProxyType({})
+
     def __init__(self, prefill_delayer: PrefillDelayer, token_usage: float) -> None:
         self._prefill_delayer = prefill_delayer
         self._token_usage = token_usage
         self._result: Any = None
-        self._reads: dict[str, Any] = {}
 
     def read_from_scheduler(self, name: str, value: Any) -> None:
         """An input the policy reads from the scheduler itself (``HostBinding.reads``), for this pass's negotiation.
@@ -245,7 +249,9 @@ class PrefillDelayerSinglePassExecutor:
         if self._result is not None:
             raise RuntimeError(f"{name} read from the scheduler after this pass negotiated: the pass's decision did "
                                "not see it (the reading's hook must run before the call site that negotiates)")
-        self._reads[name] = value
+        self._reads = {**self._reads, name: value}  # a new mapping: the class's empty one is shared
+        # This pass negotiates with the readings: the variant that passes them (the plain pass has no test for them).
+        self.negotiate_should_allow_prefill = self._negotiate_with_reads  # type: ignore[method-assign]
 
     @property
     def _called(self) -> bool:
@@ -272,14 +278,16 @@ class PrefillDelayerSinglePassExecutor:
     ) -> bool:
         result = self._result
         if result is None:
-            if self._reads:
-                result = self._result = self._prefill_delayer.negotiate(
-                    local_prefillable, self._token_usage, running_batch, max_prefill_bs, max_running_requests,
-                    waiting_queue_len, **self._reads
-                )
-            else:
-                result = self._result = self._prefill_delayer.negotiate(
-                    local_prefillable, self._token_usage, running_batch, max_prefill_bs, max_running_requests,
-                    waiting_queue_len
-                )
+            result = self._result = self._prefill_delayer.negotiate(
+                local_prefillable, self._token_usage, running_batch, max_prefill_bs, max_running_requests, waiting_queue_len
+            )
+        return result.output_allow  # type: ignore[no-any-return]
+
+    def _negotiate_with_reads(self, local_prefillable: bool, *args: Any, **named: Any) -> bool:
+        """``negotiate_should_allow_prefill`` of a pass that read inputs from the scheduler: the call's arguments as
+        SGLang passes them, then the readings by name."""
+        result = self._result
+        if result is None:
+            result = self._result = self._prefill_delayer.negotiate(
+                local_prefillable, self._token_usage, *args, **named, **self._reads)
         return result.output_allow  # type: ignore[no-any-return]

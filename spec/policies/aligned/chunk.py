@@ -26,8 +26,9 @@ the delayer's (``spec/policies/sglang_delayer``), extended, not restated.
 
 from __future__ import annotations
 
+from collections import namedtuple
 from dataclasses import dataclass, fields
-from typing import Any, NamedTuple
+from typing import Any, cast
 
 from ...fields import BOOL, COUNT, MAX_COUNT, Field
 from ...glossary import VIEW as VIEW_SYMBOL, Symbol
@@ -47,19 +48,9 @@ CHUNK_FIELD = Field(CHUNK, COUNT, "prompt tokens left of this rank's chunked req
 INPUTS = BASE_INPUTS + (CHUNK_FIELD,)
 
 
-class PassInput(NamedTuple):
-    """The delayer's call arguments, then what the plugin reads at ``add_chunked_req``."""
-
-    local_prefillable: bool
-    token_usage: float
-    running_batch: int = 0
-    max_prefill_bs: int = 0
-    max_running_requests: int = 0
-    waiting_queue_len: int = 0
-    chunk_tokens_left: int = 0
-
-
-assert PassInput._fields == BasePassInput._fields + (CHUNK,)
+# The delayer's call arguments, then what the plugin reads at ``add_chunked_req`` (default 0: no chunk).
+PassInput: Any = cast(Any, namedtuple("PassInput", (*BasePassInput._fields, CHUNK),
+                                      defaults=(*BasePassInput._field_defaults.values(), 0)))
 
 ROW = base_row.ROW + (Field("long_chunk", BOOL, "prefillable, with at least long_chunk_tokens left of its chunk"),)
 
@@ -74,21 +65,8 @@ def local_row(o: Any, c: Any, inp: Any, s: Any) -> list[Any]:
     return [*base_row.local_row(o, c, inp, s), o.b2i(long_chunk_bit(o, c, inp))]
 
 
-class View(NamedTuple):
-    """The delayer's view, and how many counted rows are mid-way through a long chunk."""
-
-    n: Any
-    num_prefillable: Any
-    num_force: Any
-    running_batch: Any
-    max_prefill_bs: Any
-    waiting_queue_len: Any
-    timeout_any: Any
-    mrr_max: Any
-    num_long_chunk: Any
-
-
-assert View._fields == base_row.View._fields + ("num_long_chunk",)
+# The delayer's view, and how many counted rows are mid-way through a long chunk.
+View: Any = cast(Any, namedtuple("View", (*base_row.View._fields, "num_long_chunk")))
 VIEW = base_row.VIEW + (Agg("num_long_chunk", "sum", "long_chunk"),)
 SYMBOLS = (Symbol(VIEW_SYMBOL, "num_long_chunk", "num_long_chunk",
                   "counted rows with long_chunk = 1: prefillable, with at least long_chunk_tokens left of a chunk in flight"),)
@@ -125,27 +103,27 @@ def scope_ranges(fams: Any) -> str:
     return scope.scope_ranges(fams) + ", long_chunk_tokens off or any >= 1"
 
 
-def _with_chunk(o: Any, c: Any, inp: BasePassInput, long: Any) -> PassInput:
+def _with_chunk(o: Any, c: Any, inp: Any, long: Any) -> Any:
     return PassInput(*inp, o.If(long, c.long_chunk_min, 0))
 
 
-def witness_row(o: Any, c: Any, v: View) -> tuple[PassInput, Any]:
+def witness_row(o: Any, c: Any, v: Any) -> tuple[Any, Any]:
     """The delayer's witness, mid-way through a long chunk when ``v`` has such a row (it is then prefillable)."""
     inp, local = scope.witness_row(o, c, v)
     return _with_chunk(o, c, inp, v.num_long_chunk >= 1), local
 
 
-def split_view(o: Any, v: View) -> View:
+def split_view(o: Any, v: Any) -> Any:
     less = scope.split_view(o, v)
     return less._replace(num_long_chunk=v.num_long_chunk - o.If(v.num_long_chunk >= 1, 1, 0))
 
 
-def idle_row(o: Any) -> tuple[PassInput, Any]:
+def idle_row(o: Any) -> tuple[Any, Any]:
     inp, local = scope.idle_row(o)
     return PassInput(*inp, 0), local
 
 
-def layout_witness(o: Any, c: Any, v: View, group: int, counted: bool, groups: int) -> tuple[PassInput, Any]:
+def layout_witness(o: Any, c: Any, v: Any, group: int, counted: bool, groups: int) -> tuple[Any, Any]:
     """The delayer's layout witness; counted rank g is mid-way through a long chunk iff g < num_long_chunk."""
     inp, local = scope.layout_witness(o, c, v, group, counted, groups)
     g = group if counted else groups
@@ -183,10 +161,10 @@ def sim_params(settings: Any) -> dict[str, Any]:
     return {"long_chunk_tokens": settings["chunked_prefill_size"]} if "chunked_prefill_size" in settings else {}
 
 
-def sim_inputs(facts: Any) -> PassInput:
+def sim_inputs(facts: Any) -> Any:
     """A rank that asks: the delayer's call (``bindings.SIM_FACTS``), and the simulated chunk's tokens left."""
     return _new(PassInput, (True, *bindings.SIM_FACTS(facts), facts.chunk_tokens_left))
 
 
-def sim_idle(facts: Any) -> PassInput:
+def sim_idle(facts: Any) -> Any:
     return PassInput(False, facts.token_usage, chunk_tokens_left=facts.chunk_tokens_left)
