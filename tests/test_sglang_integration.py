@@ -124,6 +124,50 @@ def test_a_profile_that_reads_the_chunk_is_refused_where_add_chunked_req_does_no
     assert done.returncode == 0, done.stderr
 
 
+def test_install_hooks_add_chunked_req_for_aligned_and_refuses_where_it_does_not_load() -> None:
+    """install("aligned") reads the chunk where the plugin does: without SGLang's schedule_policy loadable it refuses,
+    naming the method, and replaces nothing; with it, add_chunked_req hands the chunk's tokens left to the pass's
+    executor before the method runs, once however often install is called."""
+    done = run_python("""
+        import json, logging, sys, types
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
+        import sglang.srt.managers.prefill_delayer as pd
+        from prefill_delayer.integrations.sglang import install
+        from prefill_delayer.integrations.sglang.plugin import PluginError
+        theirs = pd.PrefillDelayer
+        try:
+            install("aligned")
+        except PluginError as err:
+            refused = (str(err), pd.PrefillDelayer is theirs)
+        seen = []
+        class PrefillAdder:  # schedule_policy's, as far as the hook reads it
+            def __init__(self, executor):
+                self.prefill_delayer_single_pass = executor
+            def add_chunked_req(self, req):
+                seen.append("method")
+                return req
+        module = types.ModuleType("sglang.srt.managers.schedule_policy")
+        module.PrefillAdder = PrefillAdder
+        sys.modules[module.__name__] = module
+        install("aligned")
+        install("aligned")
+        class Executor:
+            def read_from_scheduler(self, name, value):
+                seen.append((name, value))
+        req = types.SimpleNamespace(full_untruncated_fill_ids=[5] * 1000, prefix_len=256)
+        PrefillAdder(Executor()).add_chunked_req(req)
+        PrefillAdder(None).add_chunked_req(req)  # no delayer this pass: nothing to hand it to
+        print(json.dumps({"refused": refused, "seen": seen, "profile": pd.PrefillDelayer.profile}))
+    """, {})
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["refused"][0].startswith("profile 'aligned' reads chunk_tokens_left at PrefillAdder.add_chunked_req, "
+                                        "which does not load here (ModuleNotFoundError"), out["refused"]
+    assert out["refused"][1], "install replaced SGLang's class before it refused"
+    assert out["seen"] == [["chunk_tokens_left", 744], "method", "method"] and out["profile"] == "aligned", out
+    assert "PrefillAdder.add_chunked_req hooked: reads chunk_tokens_left" in done.stderr
+
+
 def test_install_replaces_by_hand_and_refuses_a_bad_profile_without_replacing() -> None:
     done = run_python("""
         import json

@@ -96,15 +96,19 @@ def resolve(setting: str) -> Choice:
     return Choice(setting, profile, version)
 
 
-def _readings(choice: Choice) -> list:
+def _readings(choice: Choice, scheduler_process: bool) -> list:
     """The readings the chosen profile needs, in a scheduler process (none elsewhere: no scheduler, no pass)."""
     from ...spec.registry import policy_of
 
-    if not readings.scheduler_loaded():
+    if not scheduler_process:
         return []
     found = readings.readings_for(tuple(f.name for f in policy_of(choice.profile).host.reads), choice.release)
     for reading in found:
-        readings.target_owner(reading)  # the method is there, so the framework's hook cannot fail to apply
+        try:  # the method is there, so the framework's hook cannot fail to apply
+            readings.target_owner(reading)
+        except (ImportError, AttributeError) as err:
+            raise PluginError(f"profile {choice.profile!r} reads {reading.name} at {reading.where}, which does not "
+                              f"load here ({type(err).__name__}: {err})") from None
     return found
 
 
@@ -122,7 +126,7 @@ def register() -> None:
         guarded = deferral.needs_guard(choice.release) and deferral.scheduler_loaded()
         if guarded:
             HookRegistry.register(deferral.TARGET, deferral.skip_deferred_pass, HookType.AFTER)
-        reads = _readings(choice)
+        reads = _readings(choice, readings.scheduler_loaded())
         for reading in reads:
             HookRegistry.register(reading.target, reading.hook_for(choice.release), HookType.BEFORE)
     except Exception as err:  # noqa: BLE001 - any failure stops the process: never SGLang's delayer instead
@@ -131,7 +135,7 @@ def register() -> None:
 
 
 def _shown(reads: list) -> tuple[tuple[str, str], ...]:
-    return tuple((r.name, ".".join(r.target.rsplit(".", 2)[1:])) for r in reads)
+    return tuple((r.name, r.where) for r in reads)
 
 
 def install(profile: str = INSTALLED) -> tuple[type, type]:
@@ -145,6 +149,7 @@ def install(profile: str = INSTALLED) -> tuple[type, type]:
     ``PluginError`` (nothing is replaced then).
     """
     choice = resolve(profile)
+    reads = _readings(choice, True)  # called in a scheduler process: its hooks' modules import here
     new = choice.classes()
     module = importlib.import_module(TARGET_MODULE)
     for name, cls in zip(TARGETS, new):
@@ -163,7 +168,6 @@ def install(profile: str = INSTALLED) -> tuple[type, type]:
     if guarded:
         scheduler = sys.modules[deferral.SCHEDULER_MODULE].Scheduler
         scheduler._should_defer_prefill = deferral.guard(scheduler._should_defer_prefill)
-    reads = _readings(choice)
     for reading in reads:
         owner, method = readings.target_owner(reading), reading.target.rpartition(".")[2]
         setattr(owner, method, readings.wrap(getattr(owner, method), reading.hook_for(choice.release)))

@@ -22,6 +22,7 @@ call site), so a policy that reads it is refused there, at start-up.
 from __future__ import annotations
 
 import functools
+import importlib
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -46,6 +47,11 @@ class Reading:
     name: str
     target: str  # "module.Class.method": its first argument after self is what ``read`` reads
     read: Mapping[str, Callable[[Any], int]]  # release -> (the method's argument) -> the value
+
+    @property
+    def where(self) -> str:
+        """``Class.method``, as the plugin's line and its errors name it."""
+        return ".".join(self.target.rsplit(".", 2)[1:])
 
     def hook_for(self, release: str) -> Callable[..., None]:
         """The BEFORE hook for ``release``: hands the value to the executor of the pass the method belongs to."""
@@ -76,9 +82,8 @@ def readings_for(names: tuple[str, ...], release: str) -> list[Reading]:
             raise ValueError(f"the policy reads {name!r} from the scheduler, which this plugin cannot read")
         if release not in reading.read:
             raise ValueError(
-                f"the policy reads {name} from SGLang's scheduler at {reading.target.rpartition('.')[0].rpartition('.')[2]}."
-                f"{reading.target.rpartition('.')[2]}, read for SGLang {', '.join(reading.read)} only; "
-                f"SGLang {release}'s does not negotiate there")
+                f"the policy reads {name} from SGLang's scheduler at {reading.where}, read for SGLang "
+                f"{', '.join(reading.read)} only; SGLang {release}'s does not negotiate there")
         out.append(reading)
     return out
 
@@ -89,9 +94,9 @@ def scheduler_loaded() -> bool:
 
 
 def target_owner(reading: Reading) -> Any:
-    """The class whose method the reading hooks, from the loaded module (``AttributeError`` if the release lacks it)."""
+    """The class whose method the reading hooks, its module imported (``AttributeError`` if the release lacks it)."""
     module, cls, method = reading.target.rsplit(".", 2)
-    owner = getattr(sys.modules[module], cls)
+    owner = getattr(importlib.import_module(module), cls)
     getattr(owner, method)
     return owner
 
