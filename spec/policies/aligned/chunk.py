@@ -1,6 +1,6 @@
 """The one input ``aligned`` reads beyond SGLang's call: the prompt tokens left of this rank's chunk in flight.
 
-Why it is needed: on SGLang #35241's long-short mix, a rank part-way through a
+Why it is needed: on the benchmark suite's long-short mix, a rank part-way through a
 long prompt prefills every pass whatever the verdict (``add_chunked_req`` goes
 on regardless), so an ``all`` pass that delays the other ranks to fill a batch
 aligns nothing with it: the chunked rank's next passes are prefill passes
@@ -27,13 +27,12 @@ the delayer's (``spec/policies/sglang_delayer``), extended, not restated.
 from __future__ import annotations
 
 from collections import namedtuple
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, cast
 
 from ...fields import BOOL, COUNT, MAX_COUNT, Field
 from ...glossary import VIEW as VIEW_SYMBOL, Symbol
 from ...policy import Agg
-from ...schema import LogSchema
 from ..sglang_delayer import bindings, reference, row as base_row, scope
 from ..sglang_delayer.variables import INPUTS as BASE_INPUTS, PassInput as BasePassInput
 
@@ -138,20 +137,13 @@ def reference_row(o: Any, c: Any, inp: Any, s: Any) -> list:
 
 # ----- the decision log, traces and the simulator: the delayer's, with the reading ---------------------------------
 
-LOG = LogSchema(
+LOG = replace(
+    bindings.LOG,
     readings=bindings.LOG.readings + ((CHUNK, CHUNK),),
     inputs_from_row=lambda o, row, r: PassInput._make((*bindings.LOG.inputs_from_row(o, row, r), r[CHUNK])),
-    set_flags=bindings.LOG.set_flags,
-    reason_order=bindings.LOG.reason_order,
-    mixed=bindings.LOG.mixed,
-    bridge=bindings.LOG.bridge,
 )
-
-TRACE = bindings.TRACE.__class__(
-    inputs=bindings.TRACE.inputs + (CHUNK_FIELD,),
-    expect=bindings.TRACE.expect,
-    config=bindings.TRACE.config + ("long_chunk_tokens",),
-)
+TRACE = replace(bindings.TRACE, inputs=bindings.TRACE.inputs + (CHUNK_FIELD,),
+                config=bindings.TRACE.config + ("long_chunk_tokens",))
 
 _new = tuple.__new__
 
