@@ -23,7 +23,7 @@ class ServerArgs:
     prefill_delayer_queue_min_ratio: Optional[float] = None
     prefill_delayer_max_delay_ms: Optional[float] = None
     prefill_max_requests: Optional[int] = None
-    # SGLang's --chunked-prefill-size, at its usual value (-1: no chunking): aligned's long-chunk threshold
+    # SGLang's --chunked-prefill-size, at its usual value (-1: no chunking); a policy may read it (Param.server_arg)
     chunked_prefill_size: Optional[int] = 8192
 
 

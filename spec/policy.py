@@ -370,7 +370,8 @@ class HostBinding:
 
     ``inputs`` maps the call's arguments (``local_prefillable, token_usage,
     running_batch, max_prefill_bs, max_running_requests, waiting_queue_len``) to
-    the policy's inputs (None: the call's arguments, then ``reads``, are the inputs); ``idle_call`` are the arguments of a pass that reached no
+    the policy's inputs (None: the call's arguments, then ``reads``, are the
+    inputs); ``idle_call`` are the arguments of a pass that reached no
     call site; ``metrics`` reads SGLang's outcome metrics from a decision;
     ``flags`` are state variables SGLang's code sets from outside, by attribute.
     """

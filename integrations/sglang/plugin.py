@@ -46,6 +46,7 @@ class Choice:
     setting: str  # as given
     profile: str  # canonical profile name
     release: str  # the installed SGLang release
+    reads: tuple = ()  # the profile's readings of the scheduler in this release (``readings.Reading``)
 
     def classes(self) -> tuple[type, type]:
         from .releases import classes_for
@@ -90,26 +91,23 @@ def resolve(setting: str) -> Choice:
             f"(known: {', '.join(API_OF_RELEASE)}); use one of those releases or unset {PROFILE_ENV}"
         )
     try:  # what the profile reads from the scheduler itself must be readable in this release, or nothing runs
-        readings.readings_for(tuple(f.name for f in policy_of(profile).host.reads), version)
+        reads = readings.readings_for(tuple(f.name for f in policy_of(profile).host.reads), version)
     except ValueError as err:
         raise PluginError(f"profile {profile!r}: {err}") from None
-    return Choice(setting, profile, version)
+    return Choice(setting, profile, version, tuple(reads))
 
 
-def _readings(choice: Choice, scheduler_process: bool) -> list:
-    """The readings the chosen profile needs, in a scheduler process (none elsewhere: no scheduler, no pass)."""
-    from ...spec.registry import policy_of
-
+def _readings(choice: Choice, scheduler_process: bool) -> tuple:
+    """The chosen profile's readings, in a scheduler process (none elsewhere: no scheduler, no pass)."""
     if not scheduler_process:
-        return []
-    found = readings.readings_for(tuple(f.name for f in policy_of(choice.profile).host.reads), choice.release)
-    for reading in found:
+        return ()
+    for reading in choice.reads:
         try:  # the method is there, so the framework's hook cannot fail to apply
             readings.target_owner(reading)
         except (ImportError, AttributeError) as err:
             raise PluginError(f"profile {choice.profile!r} reads {reading.name} at {reading.where}, which does not "
                               f"load here ({type(err).__name__}: {err})") from None
-    return found
+    return choice.reads
 
 
 def register() -> None:
@@ -134,7 +132,7 @@ def register() -> None:
     announce(choice.release, choice.profile, choice.setting, "plugin", guarded, _shown(reads))
 
 
-def _shown(reads: list) -> tuple[tuple[str, str], ...]:
+def _shown(reads: tuple) -> tuple[tuple[str, str], ...]:
     return tuple((r.name, r.where) for r in reads)
 
 
