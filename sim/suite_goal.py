@@ -9,13 +9,15 @@ per workload). The goal, per workload, against the other policies of the same ru
 - input tok/s at least ``off``'s, within ``OFF_SLACK`` (when ``off`` ran);
 - input tok/s at least the workload's ``min_bound`` fraction of the bound, where it has one.
 
-It reads the rows the suite already measured: nothing is run again.
+It reads the rows the suite already measured: nothing is run again. The standings
+judge every policy run by the same goal, each against all the others, so a team
+sees whether any policy meets it everywhere, and which workloads each one gives up.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
 from .config import OFF
 from .report import Column, markdown
@@ -95,4 +97,26 @@ def goal_table(policy: str, goals: Sequence[WorkloadGoal]) -> str:
             f"goal met on {met} of {len(goals)} workloads")
 
 
-__all__ = ["Check", "WorkloadGoal", "goal_table", "judge"]
+def missed(goals: Sequence[WorkloadGoal]) -> list[str]:
+    """The workloads on which the goal is missed, in the suite's order."""
+    return [g.workload for g in goals if not g.met]
+
+
+def standings_table(by_policy: Mapping[str, Sequence[WorkloadGoal]]) -> str:
+    """Every policy judged by the same goal against all the others: how many workloads each meets, most first
+    (ties in the run's order), and which it misses."""
+    order = sorted(by_policy, key=lambda p: -sum(g.met for g in by_policy[p]))
+    total = max((len(g) for g in by_policy.values()), default=0)
+    columns: list[Column[str]] = [
+        Column("policy", "", lambda p: p, align="---"),
+        Column("goal met", "", lambda p: f"{sum(g.met for g in by_policy[p])} of {len(by_policy[p])}"),
+        Column("missed on", "", lambda p: ", ".join(missed(by_policy[p])) or "-", align="---"),
+    ]
+    everywhere = [p for p in order if not missed(by_policy[p])]
+    verdict = (f"met on every workload by {', '.join(everywhere)}" if everywhere
+               else f"no policy run meets it on all {total} workloads")
+    return (f"Standings: every policy judged by the same goal, each against all the others\n\n{markdown(columns, order)}"
+            f"\n\n{verdict}")
+
+
+__all__ = ["Check", "WorkloadGoal", "goal_table", "judge", "missed", "standings_table"]

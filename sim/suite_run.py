@@ -16,7 +16,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Optional, Sequence, TextIO
+from typing import Any, Mapping, Optional, Sequence, TextIO
 
 from ..files import Outputs
 from ..spec.registry import all_profiles, policy_of
@@ -29,7 +29,7 @@ from .options import PROGRESS_AUTO, settings
 from .report import Column, legend, markdown
 from .result import RunResult
 from .suite import LIST, SUITES, Stream, SuiteWorkload, listing
-from .suite_goal import WorkloadGoal, goal_table, judge
+from .suite_goal import WorkloadGoal, goal_table, judge, missed, standings_table
 from .workload import Bursty, Lengths, Mix, Poisson, Workload
 
 # The options a suite run takes; every other one is a workload's own setting.
@@ -250,8 +250,13 @@ def goals(policy: str, cases: Sequence[Case], rows: Sequence[Row]) -> list[Workl
     return out
 
 
+def standings(cases: Sequence[Case], rows: Sequence[Row]) -> dict[str, list[WorkloadGoal]]:
+    """``--goal``'s standings: every policy run judged as ``goals`` judges one, in the run's order."""
+    return {p: goals(p, cases, rows) for p in dict.fromkeys(r.policy for r in rows)}
+
+
 def to_json(name: str, cases: Sequence[Case], rows: Sequence[Row], wall_s: float,
-            goal: Optional[tuple[str, Sequence[WorkloadGoal]]] = None) -> str:
+            goal: Optional[tuple[str, Mapping[str, Sequence[WorkloadGoal]]]] = None) -> str:
     doc: dict[str, Any] = {
         "suite": name,
         "wall_s": wall_s,
@@ -277,9 +282,11 @@ def to_json(name: str, cases: Sequence[Case], rows: Sequence[Row], wall_s: float
         ],
     }
     if goal is not None:
-        policy, judged = goal
+        policy, table = goal
+        judged = table[policy]
         doc["goal"] = {"policy": policy, "met": sum(g.met for g in judged), "workloads": [
-            {"name": g.workload, "met": g.met, "checks": [vars(ch) for ch in g.checks]} for g in judged]}
+            {"name": g.workload, "met": g.met, "checks": [vars(ch) for ch in g.checks]} for g in judged],
+            "standings": [{"policy": p, "met": sum(g.met for g in gs), "missed": missed(gs)} for p, gs in table.items()]}
     return json.dumps(doc, indent=1)
 
 
@@ -372,16 +379,16 @@ def main(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     started = time.perf_counter()
     cases, rows = run_suite(name, profiles, s, given, stderr if show else None)
     wall = time.perf_counter() - started
-    judged = goals(goal, cases, rows) if goal is not None else None
-    stdout.write(report(name, cases, rows) + (f"\n\n{goal_table(goal, judged)}" if judged is not None else "")
-                 + f"\n\nwall time: {wall:.0f} s for {len(rows)} runs\n")
+    table = standings(cases, rows) if goal is not None else None
+    judged = "" if table is None else f"\n\n{goal_table(goal, table[goal])}\n\n{standings_table(table)}"
+    stdout.write(report(name, cases, rows) + judged + f"\n\nwall time: {wall:.0f} s for {len(rows)} runs\n")
     with outputs.writing() as out:  # both files or neither
         if s["json"]:
-            out.write("--json", to_json(name, cases, rows, wall, None if judged is None else (goal, judged)) + "\n")
+            out.write("--json", to_json(name, cases, rows, wall, None if table is None else (goal, table)) + "\n")
         if s["plot"]:
             plot(cases, rows, out.path("--plot"), f"suite {name}: every policy as a fraction of the bound")
     return 0
 
 
-__all__ = ["Case", "Row", "SUITE_OPTIONS", "default_profiles", "goals", "main", "measure", "plan", "plot", "report", "run_bound", "run_suite",
+__all__ = ["Case", "Row", "SUITE_OPTIONS", "default_profiles", "goals", "main", "measure", "plan", "plot", "report", "run_bound", "run_suite", "standings",
            "table", "ttfts_censored"]

@@ -228,6 +228,30 @@ def test_the_cli_judges_the_goal_policy_in_the_table_and_the_json(tmp_path, caps
     assert doc["met"] == sum(w["met"] for w in doc["workloads"])
     assert f"goal met on {doc['met']} of {len(names)} workloads" in goal_part
     assert all(w["met"] == all(c["met"] for c in w["checks"]) for w in doc["workloads"])
+    standings = {s["policy"]: s for s in doc["standings"]}
+    assert list(standings) == ["off", "hardened"] and standings["hardened"]["met"] == doc["met"]
+    assert standings["hardened"]["missed"] == [w["name"] for w in doc["workloads"] if not w["met"]]
+    assert "Standings: every policy judged by the same goal" in goal_part
+    assert f"| hardened | {doc['met']} of {len(names)} |" in goal_part
+
+
+def test_the_standings_judge_every_policy_alike_and_say_whether_any_meets_the_goal_everywhere():
+    """Each policy against all the others, most workloads met first: the table a team reads to see whether one
+    policy can be picked for every workload, and what each gives up."""
+    from prefill_delayer.sim.suite_goal import judge, standings_table
+
+    rows = {"a": [_row("off", 50_000, 1.0), _row("x", 50_000, 2.0)], "b": [_row("off", 50_000, 2.0), _row("x", 50_000, 1.0)]}
+
+    def table(workloads: dict) -> dict:
+        return {p: [judge(w, next(r for r in rs if r.policy == p), [r for r in rs if r.policy != p], None)
+                    for w, rs in workloads.items()] for p in ("off", "x")}
+
+    split = standings_table(table(rows))
+    assert "| off | 1 of 2 | b |" in split and "| x | 1 of 2 | a |" in split
+    assert split.endswith("no policy run meets it on all 2 workloads")
+    one = standings_table(table({"a": rows["a"]}))
+    assert one.index("| off | 1 of 1 | - |") < one.index("| x | 0 of 1 | a |")
+    assert one.endswith("met on every workload by off")
 
 
 @pytest.mark.parametrize("argv, message", [
