@@ -138,7 +138,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--suite", metavar="NAME", default=S, help=f"run a benchmark suite ({', '.join(SUITES)}) of workloads against every --profile (default: off and every simulated profile), each beside its bound; --suite list shows the workloads")
     p.add_argument("--goal", metavar="POLICY", default=S, help="with --suite: judge POLICY against every other policy run, workload by workload (input tok/s within "
                    f"{100 * TOK_SLACK:g}%% of the best other's and {100 * OFF_SLACK:g}%% of off's, TTFT p99 within {100 * P99_SLACK:g}%% "
-                   "of the best other's, a workload's share of the bound where it sets one)")
+                   "of the best other's, a workload's share of the bound where it sets one), then every policy run judged "
+                   "the same way (the standings)")
     p.add_argument("--scenario", choices=sorted(SCENARIOS), default=S, help="start from a calibration scenario's settings (SGLang #32880 or #35241); options given override them")
     p.add_argument("--profile", action="append", metavar="NAME", default=S, help=f"policy to simulate (repeatable): {', '.join(SIMULATED)}, sglang-X for a release X, or off (no delayer); default: every profile, or the scenario's")
     p.add_argument("--tracker", choices=("lifetime", "decay", "window"), default=S, help="max_prefill_bs tracker for every profile; default: each release's own (lifetime up to 0.5.16, decay in 0.5.17, window from 0.5.18; window for hardened and off)")
