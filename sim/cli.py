@@ -260,6 +260,8 @@ def main(args: argparse.Namespace, stdout: Optional[TextIO] = None, stderr: Opti
         return suite(args, stdout, stderr)
     if getattr(args, "goal", None) is not None:
         raise SimInputError("--goal applies with --suite only: it judges a policy against the others over a suite's workloads")
+    if getattr(args, "load_scale", None) is not None:
+        raise SimInputError("--load-scale applies with --suite only: it scales each suite workload's load; give --rate here")
     config, variants, workload, s = build(args)
     given = settings(args)[1]
     show = s["progress"]

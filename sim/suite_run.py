@@ -33,7 +33,8 @@ from .suite_goal import WorkloadGoal, goal_table, judge, missed, standings_table
 from .workload import Bursty, Lengths, Mix, Poisson, Workload
 
 # The options a suite run takes; every other one is a workload's own setting.
-SUITE_OPTIONS = ("suite", "profile", "set", "passes", "duration", "seed", "gather", "json", "plot", "progress", "goal")
+SUITE_OPTIONS = ("suite", "profile", "set", "passes", "duration", "seed", "gather", "json", "plot", "progress", "goal",
+                 "load_scale")
 
 
 def default_profiles() -> list[str]:
@@ -101,9 +102,12 @@ def _namespace(spec: SuiteWorkload, profiles: Sequence[str], rate: Optional[floa
 
 
 def plan(spec: SuiteWorkload, profiles: Sequence[str], s: dict[str, Any], given: set[str]) -> tuple[Case, list[Variant]]:
-    """The workload's settings, variants, requests and bound, scaled by ``--duration`` / ``--passes``."""
+    """The workload's settings, variants, requests and bound, scaled by ``--duration`` / ``--passes``, its load by
+    ``--load-scale`` (the case's ``spec`` is the workload as run)."""
     config, variants, workload, _ = build(_namespace(spec, profiles, None, s["set"]))
     rate = None
+    if spec.load is not None:
+        spec = replace(spec, load=spec.load * s["load_scale"])
     if spec.streams:
         if spec.load is None:
             raise SimInputError(f"suite workload {spec.name}: open streams need a load")
@@ -256,15 +260,17 @@ def standings(cases: Sequence[Case], rows: Sequence[Row]) -> dict[str, list[Work
 
 
 def to_json(name: str, cases: Sequence[Case], rows: Sequence[Row], wall_s: float,
-            goal: Optional[tuple[str, Mapping[str, Sequence[WorkloadGoal]]]] = None) -> str:
+            goal: Optional[tuple[str, Mapping[str, Sequence[WorkloadGoal]]]] = None, load_scale: float = 1.0) -> str:
     doc: dict[str, Any] = {
         "suite": name,
+        "load_scale": load_scale,
         "wall_s": wall_s,
         "workloads": [
             {
                 "name": c.spec.name,
                 "about": c.spec.about,
                 "dp_size": c.config.dp_size,
+                "load": c.spec.load,
                 "rate_req_s": c.rate,
                 "duration_s": c.config.duration_s,
                 "warmup_s": c.config.warmup_s,
@@ -323,7 +329,7 @@ def _check_options(given: set[str]) -> None:
     if "scenario" in given or extra:
         flag = "--" + ("scenario" if "scenario" in given else extra[0]).replace("_", "-")
         raise SimInputError(f"{flag} does not apply with --suite: each workload has its own settings (--suite list shows them); "
-                            "--profile, --set, --duration, --passes, --seed, --goal, --json and --plot do")
+                            "--profile, --set, --duration, --passes, --seed, --load-scale, --goal, --json and --plot do")
 
 
 def run_suite(name: str, profiles: Sequence[str], s: dict[str, Any], given: set[str],
@@ -343,10 +349,22 @@ def run_suite(name: str, profiles: Sequence[str], s: dict[str, Any], given: set[
     return [c for c, _ in planned], rows
 
 
-def report(name: str, cases: Sequence[Case], rows: Sequence[Row]) -> str:
+def scaled(scale: float) -> str:
+    """How a suite's title names a ``--load-scale`` other than 1 (nothing for 1)."""
+    return "" if scale == 1 else f", offered loads x{scale:g}"
+
+
+def check_load_scale(x: Any) -> float:
+    """``--load-scale``: a finite number > 0."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
+        raise SimInputError(f"--load-scale must be a number > 0 (1.03: 3% more load), got {x!r}")
+    return float(x)
+
+
+def report(name: str, cases: Sequence[Case], rows: Sequence[Row], scale: float = 1.0) -> str:
     """The workloads and their bounds, then every policy x workload."""
     policies = len(dict.fromkeys(r.policy for r in rows))
-    return (f"Suite {name}: {len(cases)} workloads x {policies} policies\n\n{workloads_table(cases)}\n\n{table(cases, rows)}"
+    return (f"Suite {name}{scaled(scale)}: {len(cases)} workloads x {policies} policies\n\n{workloads_table(cases)}\n\n{table(cases, rows)}"
             f"\n\nColumns:\n{legend((*WORKLOAD_COLUMNS, *RESULT_COLUMNS))}")
 
 
@@ -359,6 +377,7 @@ def main(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     if name not in SUITES:
         raise SimInputError(f"unknown suite {name!r}: expected one of {', '.join(SUITES)}, or {LIST}")
     _check_options(given | ({"scenario"} if getattr(args, "scenario", None) is not None else set()))
+    scale = check_load_scale(s["load_scale"])
     outputs = Outputs().file("--json", s["json"]).file("--plot", s["plot"], suffixes=PLOT_SUFFIXES)
     problem = outputs.problem()  # every output checked before the runs, as simulate checks its own
     if problem:
@@ -381,14 +400,14 @@ def main(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     wall = time.perf_counter() - started
     table = standings(cases, rows) if goal is not None else None
     judged = "" if table is None else f"\n\n{goal_table(goal, table[goal])}\n\n{standings_table(table)}"
-    stdout.write(report(name, cases, rows) + judged + f"\n\nwall time: {wall:.0f} s for {len(rows)} runs\n")
+    stdout.write(report(name, cases, rows, scale) + judged + f"\n\nwall time: {wall:.0f} s for {len(rows)} runs\n")
     with outputs.writing() as out:  # both files or neither
         if s["json"]:
-            out.write("--json", to_json(name, cases, rows, wall, None if table is None else (goal, table)) + "\n")
+            out.write("--json", to_json(name, cases, rows, wall, None if table is None else (goal, table), scale) + "\n")
         if s["plot"]:
-            plot(cases, rows, out.path("--plot"), f"suite {name}: every policy as a fraction of the bound")
+            plot(cases, rows, out.path("--plot"), f"suite {name}{scaled(scale)}: every policy as a fraction of the bound")
     return 0
 
 
-__all__ = ["Case", "Row", "SUITE_OPTIONS", "default_profiles", "goals", "main", "measure", "plan", "plot", "report", "run_bound", "run_suite", "standings",
-           "table", "ttfts_censored"]
+__all__ = ["Case", "Row", "SUITE_OPTIONS", "check_load_scale", "default_profiles", "goals", "main", "measure", "plan", "plot", "report",
+           "run_bound", "run_suite", "scaled", "standings", "table", "ttfts_censored"]

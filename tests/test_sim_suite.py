@@ -177,6 +177,57 @@ def test_nothing_is_written_when_an_output_cannot_be(tmp_path, capsys):
     assert "is a folder" in capsys.readouterr().err and not out_json.exists()
 
 
+def test_load_scale_scales_every_offered_load_and_keeps_the_scenarios():
+    base, scaled = _settings("--suite", "default"), _settings("--suite", "default", "--load-scale", "1.03")
+    opened = 0
+    for spec in DEFAULT:
+        one, _ = suite_run.plan(spec, ["off"], *base)
+        more, _ = suite_run.plan(spec, ["off"], *scaled)
+        if spec.load is None:  # a calibration scenario: its own arrivals, whatever the scale
+            assert (more.rate, more.spec.load, more.bound.offered_tok_s) == (one.rate, None, one.bound.offered_tok_s), spec.name
+            continue
+        opened += 1
+        assert more.spec.load == pytest.approx(1.03 * spec.load) and one.spec.load == spec.load, spec.name
+        assert more.rate == pytest.approx(1.03 * one.rate), spec.name
+        assert more.bound.capacity_tok_s == pytest.approx(one.bound.capacity_tok_s), spec.name  # the limit is the engine's, not the load's
+        assert more.bound.offered_tok_s > one.bound.offered_tok_s, spec.name
+    assert opened >= 8
+
+
+def test_the_cli_says_the_load_scale_in_the_title_and_the_json(tmp_path, capsys):
+    out_json = tmp_path / "suite.json"
+    assert cli(["simulate", "--suite", "held-out", "--duration", "10", "--profile", "off", "--load-scale", "0.5",
+                "--json", str(out_json)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Suite held-out, offered loads x0.5: ")
+    doc = json.loads(out_json.read_text())
+    assert doc["load_scale"] == 0.5
+    loads = {w.name: w.load for w in SUITES["held-out"]}
+    assert {w["name"]: w["load"] for w in doc["workloads"]} == pytest.approx({k: 0.5 * v for k, v in loads.items()})
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--suite", "default", "--load-scale", "0"], "--load-scale must be a number > 0"),
+    (["--suite", "default", "--load-scale", "-1"], "--load-scale must be a number > 0"),
+    (["--suite", "default", "--load-scale", "nan"], "--load-scale must be a number > 0"),
+    (["--suite", "default", "--load-scale", "inf"], "--load-scale must be a number > 0"),
+    (["--rate", "3", "--load-scale", "1.1"], "--load-scale applies with --suite only"),
+])
+def test_a_bad_load_scale_is_one_line_and_exit_2(argv, message, capsys):
+    assert cli(["simulate", *argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and message in err, err
+    assert err.count("\n") == 1, err
+
+
+def test_a_load_scale_that_is_no_number_is_argparses_one_line(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli(["simulate", "--suite", "default", "--load-scale", "x"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "argument --load-scale: invalid float value: 'x'" in err, err
+
+
 def test_variants_label_the_forced_dispatch():
     assert Variant.of("sglang-0.5.17", health_dispatch="separate").label == "sglang-0.5.17+health-separate"
 
