@@ -70,7 +70,7 @@ BASE: dict[str, Any] = {
     "wide": False,
     "progress": PROGRESS_AUTO,
     "goal": None,
-    "load_scale": 1.0,
+    "load_scale": [1.0],
 }
 
 SCENARIOS: dict[str, dict[str, Any]] = {
@@ -141,10 +141,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    f"{100 * TOK_SLACK:g}%% of the best other's and {100 * OFF_SLACK:g}%% of off's, TTFT p99 within {100 * P99_SLACK:g}%% "
                    "of the best other's, a workload's share of the bound where it sets one), then every policy run judged "
                    "the same way (the standings)")
-    p.add_argument("--load-scale", type=float, metavar="X", default=S, help="with --suite: scale every workload's offered load "
-                   "(its share of the saturated throughput) by X (1.03: 3%% more requests per second), to see whether a "
-                   "verdict holds a few percent from the suite's loads; the calibration scenarios keep their own arrivals "
-                   "(default 1)")
+    p.add_argument("--load-scale", type=float, action="append", metavar="X", default=S, help="with --suite: scale every "
+                   "workload's offered load (its share of the saturated throughput) by X (1.03: 3%% more requests per "
+                   "second), to see whether a verdict holds a few percent from the suite's loads; the calibration "
+                   "scenarios keep their own arrivals. Repeat it to sweep: the suite runs at each X, and the tables, "
+                   "--json and --plot give every workload's TTFT p99 and input tok/s against the load (default 1)")
     p.add_argument("--scenario", choices=sorted(SCENARIOS), default=S, help="start from a calibration scenario's settings (SGLang #32880 or #35241); options given override them")
     p.add_argument("--profile", action="append", metavar="NAME", default=S, help=f"policy to simulate (repeatable): {', '.join(SIMULATED)}, sglang-X for a release X, or off (no delayer); default: every profile, or the scenario's")
     p.add_argument("--tracker", choices=("lifetime", "decay", "window"), default=S, help="max_prefill_bs tracker for every profile; default: each release's own (lifetime up to 0.5.16, decay in 0.5.17, window from 0.5.18; window for hardened and off)")

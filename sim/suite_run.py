@@ -101,13 +101,14 @@ def _namespace(spec: SuiteWorkload, profiles: Sequence[str], rate: Optional[floa
     return argparse.Namespace(**opts, profile=list(profiles))
 
 
-def plan(spec: SuiteWorkload, profiles: Sequence[str], s: dict[str, Any], given: set[str]) -> tuple[Case, list[Variant]]:
-    """The workload's settings, variants, requests and bound, scaled by ``--duration`` / ``--passes``, its load by
-    ``--load-scale`` (the case's ``spec`` is the workload as run)."""
+def plan(spec: SuiteWorkload, profiles: Sequence[str], s: dict[str, Any], given: set[str],
+         scale: float = 1.0) -> tuple[Case, list[Variant]]:
+    """The workload's settings, variants, requests and bound, scaled by ``--duration`` / ``--passes``, its offered load
+    by ``scale`` (``--load-scale``; the case's ``spec`` is the workload as run)."""
     config, variants, workload, _ = build(_namespace(spec, profiles, None, s["set"]))
     rate = None
     if spec.load is not None:
-        spec = replace(spec, load=spec.load * s["load_scale"])
+        spec = replace(spec, load=spec.load * scale)
     if spec.streams:
         if spec.load is None:
             raise SimInputError(f"suite workload {spec.name}: open streams need a load")
@@ -261,6 +262,13 @@ def standings(cases: Sequence[Case], rows: Sequence[Row]) -> dict[str, list[Work
 
 def to_json(name: str, cases: Sequence[Case], rows: Sequence[Row], wall_s: float,
             goal: Optional[tuple[str, Mapping[str, Sequence[WorkloadGoal]]]] = None, load_scale: float = 1.0) -> str:
+    return json.dumps(suite_doc(name, cases, rows, wall_s, goal, load_scale), indent=1)
+
+
+def suite_doc(name: str, cases: Sequence[Case], rows: Sequence[Row], wall_s: float,
+              goal: Optional[tuple[str, Mapping[str, Sequence[WorkloadGoal]]]] = None,
+              load_scale: float = 1.0) -> dict[str, Any]:
+    """``--json``'s document for one run of the suite (a sweep holds one per load)."""
     doc: dict[str, Any] = {
         "suite": name,
         "load_scale": load_scale,
@@ -293,7 +301,7 @@ def to_json(name: str, cases: Sequence[Case], rows: Sequence[Row], wall_s: float
         doc["goal"] = {"policy": policy, "met": sum(g.met for g in judged), "workloads": [
             {"name": g.workload, "met": g.met, "checks": [vars(ch) for ch in g.checks]} for g in judged],
             "standings": [{"policy": p, "met": sum(g.met for g in gs), "missed": missed(gs)} for p, gs in table.items()]}
-    return json.dumps(doc, indent=1)
+    return doc
 
 
 def plot(cases: Sequence[Case], rows: Sequence[Row], path: str, title: str) -> None:
@@ -333,9 +341,10 @@ def _check_options(given: set[str]) -> None:
 
 
 def run_suite(name: str, profiles: Sequence[str], s: dict[str, Any], given: set[str],
-              progress: Optional[TextIO] = None) -> tuple[list[Case], list[Row]]:
-    """Every workload of suite ``name`` against every profile; a line per run on ``progress``."""
-    planned = [plan(w, profiles, s, given) for w in SUITES[name]]  # every workload checked before any run
+              progress: Optional[TextIO] = None, scale: float = 1.0, label: str = "") -> tuple[list[Case], list[Row]]:
+    """Every workload of suite ``name`` against every profile, its offered loads times ``scale``; a line per run on
+    ``progress``, after ``label``."""
+    planned = [plan(w, profiles, s, given, scale) for w in SUITES[name]]  # every workload checked before any run
     rows: list[Row] = []
     total = sum(len(v) for _, v in planned)
     for case, variants in planned:
@@ -343,7 +352,7 @@ def run_suite(name: str, profiles: Sequence[str], s: dict[str, Any], given: set[
             row = measure(case, v)
             rows.append(row)
             if progress is not None:
-                progress.write(f"[{len(rows)}/{total}] {case.spec.name} {row.policy}: {_tok(row.input_tok_s)} tok/s "
+                progress.write(f"{label}[{len(rows)}/{total}] {case.spec.name} {row.policy}: {_tok(row.input_tok_s)} tok/s "
                                f"({_pct(row.fractions()[0])} of bound), {row.wall_s:.1f} s\n")
                 progress.flush()
     return [c for c, _ in planned], rows
@@ -354,11 +363,16 @@ def scaled(scale: float) -> str:
     return "" if scale == 1 else f", offered loads x{scale:g}"
 
 
-def check_load_scale(x: Any) -> float:
-    """``--load-scale``: a finite number > 0."""
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
-        raise SimInputError(f"--load-scale must be a number > 0 (1.03: 3% more load), got {x!r}")
-    return float(x)
+def check_load_scales(xs: Sequence[Any]) -> list[float]:
+    """``--load-scale``, once or more: finite numbers > 0, each given once."""
+    seen: list[float] = []
+    for x in xs:
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
+            raise SimInputError(f"--load-scale must be a number > 0 (1.03: 3% more load), got {x!r}")
+        if float(x) in seen:
+            raise SimInputError(f"--load-scale {x:g} is given twice")
+        seen.append(float(x))
+    return seen
 
 
 def report(name: str, cases: Sequence[Case], rows: Sequence[Row], scale: float = 1.0) -> str:
@@ -377,7 +391,10 @@ def main(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     if name not in SUITES:
         raise SimInputError(f"unknown suite {name!r}: expected one of {', '.join(SUITES)}, or {LIST}")
     _check_options(given | ({"scenario"} if getattr(args, "scenario", None) is not None else set()))
-    scale = check_load_scale(s["load_scale"])
+    scales = check_load_scales(s["load_scale"])
+    if scales != [1.0] and all(w.load is None for w in SUITES[name]):
+        raise SimInputError(f"--load-scale: no workload of suite {name} has a load to scale (its scenarios keep their own "
+                            "arrivals); --suite list shows each suite's")
     outputs = Outputs().file("--json", s["json"]).file("--plot", s["plot"], suffixes=PLOT_SUFFIXES)
     problem = outputs.problem()  # every output checked before the runs, as simulate checks its own
     if problem:
@@ -395,8 +412,13 @@ def main(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     show = s["progress"]
     if show == PROGRESS_AUTO:
         show = stderr.isatty()
+    if len(scales) > 1:
+        from .suite_loads import sweep  # the sweep builds on this module
+
+        return sweep(name, profiles, scales, goal, s, given, outputs, stdout, stderr if show else None)
+    scale = scales[0]
     started = time.perf_counter()
-    cases, rows = run_suite(name, profiles, s, given, stderr if show else None)
+    cases, rows = run_suite(name, profiles, s, given, stderr if show else None, scale)
     wall = time.perf_counter() - started
     table = standings(cases, rows) if goal is not None else None
     judged = "" if table is None else f"\n\n{goal_table(goal, table[goal])}\n\n{standings_table(table)}"
@@ -409,5 +431,5 @@ def main(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     return 0
 
 
-__all__ = ["Case", "Row", "SUITE_OPTIONS", "check_load_scale", "default_profiles", "goals", "main", "measure", "plan", "plot", "report",
-           "run_bound", "run_suite", "scaled", "standings", "table", "ttfts_censored"]
+__all__ = ["Case", "Row", "SUITE_OPTIONS", "check_load_scales", "default_profiles", "goals", "main", "measure", "plan", "plot", "report",
+           "run_bound", "run_suite", "scaled", "standings", "suite_doc", "table", "ttfts_censored"]

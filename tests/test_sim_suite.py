@@ -178,11 +178,11 @@ def test_nothing_is_written_when_an_output_cannot_be(tmp_path, capsys):
 
 
 def test_load_scale_scales_every_offered_load_and_keeps_the_scenarios():
-    base, scaled = _settings("--suite", "default"), _settings("--suite", "default", "--load-scale", "1.03")
+    base = _settings("--suite", "default")
     opened = 0
     for spec in DEFAULT:
         one, _ = suite_run.plan(spec, ["off"], *base)
-        more, _ = suite_run.plan(spec, ["off"], *scaled)
+        more, _ = suite_run.plan(spec, ["off"], *base, scale=1.03)
         if spec.load is None:  # a calibration scenario: its own arrivals, whatever the scale
             assert (more.rate, more.spec.load, more.bound.offered_tok_s) == (one.rate, None, one.bound.offered_tok_s), spec.name
             continue
@@ -206,7 +206,38 @@ def test_the_cli_says_the_load_scale_in_the_title_and_the_json(tmp_path, capsys)
     assert {w["name"]: w["load"] for w in doc["workloads"]} == pytest.approx({k: 0.5 * v for k, v in loads.items()})
 
 
+def _results(run: dict) -> dict:
+    """A suite document's figures by workload and policy, without the wall times."""
+    return {(w["name"], r["policy"]): {k: v for k, v in r.items() if k != "wall_s"} for w in run["workloads"] for r in w["results"]}
+
+
+def test_a_sweep_runs_the_suite_at_each_load_as_a_single_run_would(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    sweep_json, sweep_png, one_json = tmp_path / "sweep.json", tmp_path / "sweep.png", tmp_path / "one.json"
+    common = ["simulate", "--suite", "held-out", "--duration", "20", "--profile", "off", "--profile", "aligned"]
+    assert cli([*common, "--load-scale", "1.2", "--load-scale", "0.8", "--goal", "aligned", "--json", str(sweep_json),
+                "--plot", str(sweep_png)]) == 0
+    out = capsys.readouterr().out
+    names = [w.name for w in SUITES["held-out"]]
+    assert out.startswith(f"Suite held-out at offered loads x1.2, x0.8: {len(names)} workloads x 2 policies at each")
+    p99 = out.split("TTFT p99, by offered load\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert p99[0] == "| workload | policy | x1.2 | x0.8 |" and len(p99) == 2 + 2 * len(names)
+    goal = out.split("Goal met, by offered load", 1)[1]
+    assert "| policy | x1.2 | x0.8 |" in goal and "aligned misses, by offered load:\n- x1.2: " in goal
+    doc = json.loads(sweep_json.read_text())
+    assert doc["load_scales"] == [1.2, 0.8] and [r["load_scale"] for r in doc["runs"]] == [1.2, 0.8]
+    assert all("goal" in r for r in doc["runs"])
+    assert sweep_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the sweep's x0.8 is the single run at --load-scale 0.8, figure for figure
+    assert cli([*common, "--load-scale", "0.8", "--json", str(one_json)]) == 0
+    one = json.loads(one_json.read_text())
+    assert one["load_scale"] == 0.8 and _results(doc["runs"][1]) == _results(one)
+    assert _results(doc["runs"][0]) != _results(one)  # and the loads differ
+
+
 @pytest.mark.parametrize("argv, message", [
+    (["--suite", "default", "--load-scale", "1.1", "--load-scale", "1.1"], "--load-scale 1.1 is given twice"),
+    (["--suite", "calibration", "--load-scale", "1.1"], "no workload of suite calibration has a load to scale"),
     (["--suite", "default", "--load-scale", "0"], "--load-scale must be a number > 0"),
     (["--suite", "default", "--load-scale", "-1"], "--load-scale must be a number > 0"),
     (["--suite", "default", "--load-scale", "nan"], "--load-scale must be a number > 0"),
