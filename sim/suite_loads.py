@@ -124,7 +124,7 @@ def plot(name: str, loads: Sequence[Load], path: str) -> None:
         ax = axes[k // cols][k % cols]
         for i, p in enumerate(policies):
             ax.plot(xs, [found[(x, w, p)].ttft_p99_s for x in xs], marker="o", markersize=3, linewidth=1.2,
-                    color=colors(i % colors.N), label=p)
+                    color=colors(i % colors.N), linestyle=("-", ":", "-.")[i // colors.N % 3], label=p)  # past 20: dotted
         ax.plot(xs, [bounds[(x, w)] for x in xs], linestyle="--", color="black", linewidth=1.0, label="bound")
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(ticker.FuncFormatter(_seconds))
