@@ -73,11 +73,21 @@ def judge(workload: str, mine: Row, others: Sequence[Row], min_bound: Optional[f
     return WorkloadGoal(workload, tuple(checks))
 
 
-def _cell(c: Check) -> str:
+def _figures(c: Check) -> str:
     def num(x: float) -> str:
         return f"{x:.3f} s" if c.name == "TTFT p99" else f"{x / 1000:.2f}k"
 
-    return f"{num(c.value)} vs {num(c.reference)} {c.against}: {'met' if c.met else '**missed**'}"
+    return f"{num(c.value)} vs {num(c.reference)} {c.against}"
+
+
+def _cell(c: Check) -> str:
+    return f"{_figures(c)}: {'met' if c.met else '**missed**'}"
+
+
+def misses_said(goals: Sequence[WorkloadGoal]) -> str:
+    """Each workload the goal misses, with the figures of each line it misses ("none" when it misses none)."""
+    return ", ".join(f"{g.workload} ({'; '.join(f'{c.name} {_figures(c)}' for c in g.checks if not c.met)})"
+                     for g in goals if not g.met) or "none"
 
 
 def goal_table(policy: str, goals: Sequence[WorkloadGoal]) -> str:
@@ -119,4 +129,4 @@ def standings_table(by_policy: Mapping[str, Sequence[WorkloadGoal]]) -> str:
             f"\n\n{verdict}")
 
 
-__all__ = ["Check", "WorkloadGoal", "goal_table", "judge", "missed", "standings_table"]
+__all__ = ["Check", "WorkloadGoal", "goal_table", "judge", "missed", "misses_said", "standings_table"]

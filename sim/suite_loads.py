@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional, Sequence, TextIO
 
 from ..files import Outputs
 from .report import Column, markdown
-from .suite_goal import WorkloadGoal, missed
+from .suite_goal import WorkloadGoal, misses_said
 from .suite_run import Case, Row, run_suite, standings, suite_doc
 
 
@@ -66,7 +66,7 @@ def by_load_table(loads: Sequence[Load], cell: Callable[[Row], str]) -> str:
 
 def goal_by_load_table(goal: str, judged: Sequence[dict[str, list[WorkloadGoal]]], loads: Sequence[Load]) -> str:
     """Every policy's count of workloads meeting ``--goal``'s goal at each load, most at the first load first; then
-    what the goal policy misses at each load."""
+    what the goal policy misses at each load, with the figures it misses by."""
     first = judged[0]
     order = sorted(first, key=lambda p: -sum(g.met for g in first[p]))
     columns: list[Column[str]] = [
@@ -74,7 +74,7 @@ def goal_by_load_table(goal: str, judged: Sequence[dict[str, list[WorkloadGoal]]
         *(Column(_x(ld.scale), "", lambda p, k=k: f"{sum(g.met for g in judged[k][p])} of {len(judged[k][p])}")
           for k, ld in enumerate(loads)),
     ]
-    misses = "\n".join(f"- {_x(ld.scale)}: {', '.join(missed(judged[k][goal])) or 'none'}" for k, ld in enumerate(loads))
+    misses = "\n".join(f"- {_x(ld.scale)}: {misses_said(judged[k][goal])}" for k, ld in enumerate(loads))
     return (f"Goal met, by offered load: every policy judged against all the others at each load\n\n"
             f"{markdown(columns, order)}\n\n{goal} misses, by offered load:\n{misses}")
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from prefill_delayer.cli import main as cli
-from prefill_delayer.sim import suite_run
+from prefill_delayer.sim import suite_goal, suite_run
 from prefill_delayer.sim.bound import (Bound, Demand, Slopes, aligned_prefill_tok_s, capacity_tok_s, demand, own_prefill_s,
                                        window_capacity_tok_s)
 from prefill_delayer.sim.config import SimConfig, Variant
@@ -224,6 +224,9 @@ def test_a_sweep_runs_the_suite_at_each_load_as_a_single_run_would(tmp_path, cap
     assert p99[0] == "| workload | policy | x1.2 | x0.8 |" and len(p99) == 2 + 2 * len(names)
     goal = out.split("Goal met, by offered load", 1)[1]
     assert "| policy | x1.2 | x0.8 |" in goal and "aligned misses, by offered load:\n- x1.2: " in goal
+    said = goal.split("aligned misses, by offered load:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert [line.split(":", 1)[0] for line in said] == ["- x1.2", "- x0.8"]
+    assert all(line.endswith(": none") or " vs " in line for line in said), said
     doc = json.loads(sweep_json.read_text())
     assert doc["load_scales"] == [1.2, 0.8] and [r["load_scale"] for r in doc["runs"]] == [1.2, 0.8]
     assert all("goal" in r for r in doc["runs"])
@@ -284,6 +287,14 @@ def test_the_goal_judges_each_line_against_the_best_other_policy(mine, min_bound
     by_name = {c.name: c for c in goal.checks}
     assert by_name["input tok/s"].against == "peer" and by_name["TTFT p99"].against == "quick"
     assert by_name["input tok/s vs off"].reference == 48_000
+
+
+def test_the_misses_are_said_with_the_figures_they_miss_by():
+    met = suite_goal.Check("input tok/s", 100.0, 100.0, "off", True)
+    slow = suite_goal.Check("TTFT p99", 2.627, 2.06, "trtllm-adp-balance", False)
+    goals = [suite_goal.WorkloadGoal("poisson-50", (met,)), suite_goal.WorkloadGoal("poisson-80", (met, slow))]
+    assert suite_goal.misses_said(goals) == "poisson-80 (TTFT p99 2.627 s vs 2.060 s trtllm-adp-balance)"
+    assert suite_goal.misses_said(goals[:1]) == "none"
 
 
 def test_below_off_is_said_on_its_own_line():
