@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional, Sequence, TextIO
 from ..files import Outputs
 from .report import Column, markdown
 from .suite_goal import WorkloadGoal, misses_said
-from .suite_run import Case, Row, run_suite, standings, suite_doc
+from .suite_run import Case, Row, _s, _tok, load_label, run_suite, standings, suite_doc
 
 
 @dataclass(frozen=True)
@@ -34,21 +34,9 @@ class Load:
     wall_s: float
 
 
-def _x(scale: float) -> str:
-    return f"x{scale:g}"
-
-
 def _scaled_workloads(loads: Sequence[Load]) -> list[str]:
     """The workloads whose arrivals scale (a load share), in the suite's order."""
     return [c.spec.name for c in loads[0].cases if c.spec.load is not None]
-
-
-def _p99(r: Row) -> str:
-    return f"{r.ttft_p99_s:.3f} s" if r.ttft_p99_s < 10 else f"{r.ttft_p99_s:.1f} s"
-
-
-def _tok(r: Row) -> str:
-    return f"{r.input_tok_s / 1000:.2f}k"
 
 
 def by_load_table(loads: Sequence[Load], cell: Callable[[Row], str]) -> str:
@@ -59,7 +47,7 @@ def by_load_table(loads: Sequence[Load], cell: Callable[[Row], str]) -> str:
     columns: list[Column[tuple[str, str]]] = [
         Column("workload", "", lambda x: x[0], align="---"),
         Column("policy", "", lambda x: x[1], align="---"),
-        *(Column(_x(ld.scale), "", lambda x, s=ld.scale: cell(found[(s, *x)])) for ld in loads),
+        *(Column(load_label(ld.scale), "", lambda x, s=ld.scale: cell(found[(s, *x)])) for ld in loads),
     ]
     return markdown(columns, lines)
 
@@ -71,25 +59,26 @@ def goal_by_load_table(goal: str, judged: Sequence[dict[str, list[WorkloadGoal]]
     order = sorted(first, key=lambda p: -sum(g.met for g in first[p]))
     columns: list[Column[str]] = [
         Column("policy", "", lambda p: p, align="---"),
-        *(Column(_x(ld.scale), "", lambda p, k=k: f"{sum(g.met for g in judged[k][p])} of {len(judged[k][p])}")
+        *(Column(load_label(ld.scale), "", lambda p, k=k: f"{sum(g.met for g in judged[k][p])} of {len(judged[k][p])}")
           for k, ld in enumerate(loads)),
     ]
-    misses = "\n".join(f"- {_x(ld.scale)}: {misses_said(judged[k][goal])}" for k, ld in enumerate(loads))
+    misses = "\n".join(f"- {load_label(ld.scale)}: {misses_said(judged[k][goal])}" for k, ld in enumerate(loads))
     return (f"Goal met, by offered load: every policy judged against all the others at each load\n\n"
             f"{markdown(columns, order)}\n\n{goal} misses, by offered load:\n{misses}")
 
 
-def report(name: str, loads: Sequence[Load], goal: Optional[str]) -> str:
-    """The sweep's tables: TTFT p99 and input tok/s by load, and with a goal, the counts by load."""
-    loads_text = ", ".join(_x(ld.scale) for ld in loads)
+def report(name: str, loads: Sequence[Load], goal: Optional[tuple[str, Sequence[dict[str, list[WorkloadGoal]]]]]) -> str:
+    """The sweep's tables: TTFT p99 and input tok/s by load, and with a goal (its policy, and each load's
+    standings), the counts by load."""
+    loads_text = ", ".join(load_label(ld.scale) for ld in loads)
     policies = len(dict.fromkeys(r.policy for r in loads[0].rows))
     kept = len(_scaled_workloads(loads))
     text = (f"Suite {name} at offered loads {loads_text}: {len(loads[0].cases)} workloads x {policies} policies at each "
             f"({kept} whose arrivals scale; the calibration scenarios keep their own and are left out below)\n\n"
-            f"TTFT p99, by offered load\n\n{by_load_table(loads, _p99)}\n\n"
-            f"Input tok/s, by offered load\n\n{by_load_table(loads, _tok)}")
+            f"TTFT p99, by offered load\n\n{by_load_table(loads, lambda r: _s(r.ttft_p99_s))}\n\n"
+            f"Input tok/s, by offered load\n\n{by_load_table(loads, lambda r: _tok(r.input_tok_s))}")
     if goal is not None:
-        text += "\n\n" + goal_by_load_table(goal, [standings(ld.cases, ld.rows) for ld in loads], loads)
+        text += "\n\n" + goal_by_load_table(goal[0], goal[1], loads)
     return text
 
 
@@ -156,14 +145,17 @@ def sweep(name: str, profiles: Sequence[str], scales: Sequence[float], goal: Opt
     started = time.perf_counter()
     for scale in scales:
         t0 = time.perf_counter()
-        cases, rows = run_suite(name, profiles, s, given, progress, scale, label=f"{_x(scale)} ")
+        cases, rows = run_suite(name, profiles, s, given, progress, scale, label=f"{load_label(scale)} ")
         loads.append(Load(scale, cases, rows, time.perf_counter() - t0))
     wall = time.perf_counter() - started
-    stdout.write(report(name, loads, goal) + f"\n\nwall time: {wall:.0f} s for {sum(len(ld.rows) for ld in loads)} runs\n")
+    judged = [] if goal is None else [standings(ld.cases, ld.rows) for ld in loads]  # once, for the text and the JSON
+    text = report(name, loads, None if goal is None else (goal, judged))
+    stdout.write(text + f"\n\nwall time: {wall:.0f} s for {sum(len(ld.rows) for ld in loads)} runs\n")
     with outputs.writing() as out:  # both files or neither
         if s["json"]:
             runs = [suite_doc(name, ld.cases, ld.rows, ld.wall_s,
-                              None if goal is None else (goal, standings(ld.cases, ld.rows)), ld.scale) for ld in loads]
+                              None if goal is None else (goal, judged[k]), ld.scale)
+                    for k, ld in enumerate(loads)]
             out.write("--json", json.dumps({"suite": name, "load_scales": list(scales), "wall_s": wall, "runs": runs},
                                            indent=1) + "\n")
         if s["plot"]:

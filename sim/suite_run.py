@@ -358,9 +358,14 @@ def run_suite(name: str, profiles: Sequence[str], s: dict[str, Any], given: set[
     return [c for c, _ in planned], rows
 
 
+def load_label(scale: float) -> str:
+    """How a ``--load-scale`` is named in titles, columns and progress lines: x1.03."""
+    return f"x{scale:g}"
+
+
 def scaled(scale: float) -> str:
     """How a suite's title names a ``--load-scale`` other than 1 (nothing for 1)."""
-    return "" if scale == 1 else f", offered loads x{scale:g}"
+    return "" if scale == 1 else f", offered loads {load_label(scale)}"
 
 
 def check_load_scales(xs: Sequence[Any]) -> list[float]:
@@ -431,5 +436,5 @@ def main(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     return 0
 
 
-__all__ = ["Case", "Row", "SUITE_OPTIONS", "check_load_scales", "default_profiles", "goals", "main", "measure", "plan", "plot", "report",
+__all__ = ["Case", "Row", "SUITE_OPTIONS", "check_load_scales", "default_profiles", "goals", "load_label", "main", "measure", "plan", "plot", "report",
            "run_bound", "run_suite", "scaled", "standings", "suite_doc", "table", "ttfts_censored"]
