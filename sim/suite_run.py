@@ -103,7 +103,7 @@ def _namespace(spec: SuiteWorkload, profiles: Sequence[str], rate: Optional[floa
 
 def plan(spec: SuiteWorkload, profiles: Sequence[str], s: dict[str, Any], given: set[str],
          scale: float = 1.0) -> tuple[Case, list[Variant]]:
-    """The workload's settings, variants, requests and bound, scaled by ``--duration`` / ``--passes``, its offered load
+    """The workload's settings, variants, requests and bound, cut or stretched by ``--duration`` (``--passes`` cuts), its offered load
     by ``scale`` (``--load-scale``; the case's ``spec`` is the workload as run)."""
     config, variants, workload, _ = build(_namespace(spec, profiles, None, s["set"]))
     rate = None
@@ -134,6 +134,8 @@ def _scaled(spec: SuiteWorkload, config: SimConfig, s: dict[str, Any], given: se
             raise SimInputError(f"--duration must be simulated seconds > 0, got {d!r}")
         if d < own:  # shorter: the warm-up shrinks with it
             changes.update(duration_s=float(d), warmup_s=warm * d / own)
+        else:  # longer: the same warm-up, a longer measured window (a p99 from more requests)
+            changes["duration_s"] = float(d)
     if "passes" in given:
         changes["passes"] = s["passes"]
     return config.replace(**changes)

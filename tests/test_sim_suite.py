@@ -86,6 +86,20 @@ def test_the_saturated_rate_comes_from_the_cost_model():
     assert capacity_tok_s(Slopes.of(cheaper, 8, case.config.chunked_prefill_size, 128), case.config, d) > case.rate * d.prompt
 
 
+def test_duration_cuts_or_stretches_every_workload():
+    # Shorter: the warm-up shrinks in proportion. Longer: the same warm-up, a longer measured window, for a p99 drawn
+    # from more requests (a longer --duration used to be ignored, silently).
+    for argv, expect in ((("--duration", "150"), lambda own, warm: (150.0, warm * 150 / own)),
+                         (("--duration", "1500"), lambda own, warm: (1500.0, warm))):
+        s, given = _settings("--suite", "default", *argv)
+        s0, given0 = _settings("--suite", "default")
+        for spec in (DEFAULT[0], next(w for w in DEFAULT if w.name == "dp16")):
+            own = suite_run.plan(spec, ["off"], s0, given0)[0].config
+            case, _ = suite_run.plan(spec, ["off"], s, given)
+            assert (case.config.duration_s, case.config.warmup_s) == pytest.approx(expect(own.duration_s, own.warmup_s)), spec.name
+            assert case.bound.input_tok_s > 0
+
+
 def test_the_default_profiles_are_the_registrys():
     expected = ["off", *(p for p in all_profiles() if policy_of(p).sim is not None)]
     assert suite_run.default_profiles() == expected
