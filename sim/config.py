@@ -139,6 +139,25 @@ class SimConfig:
         return replace(self, **changes)
 
 
+def _own_tracker(given: str, tracker: Optional[str]) -> tuple[str, str]:
+    """``NAME+TRACKER``: the profile and its tracker, or a usage error saying what is wrong with the suffix."""
+    name, _, suffix = given.rpartition("+")
+    if suffix not in TRACKERS:
+        raise SimInputError(f"--profile {given}: after '+' comes a max_prefill_bs tracker ({', '.join(TRACKERS)}), "
+                            f"got {suffix!r}")
+    if tracker is not None:
+        raise SimInputError(f"--profile {given} names its own tracker; --tracker {tracker} sets every profile's: give one")
+    if name == OFF:
+        raise SimInputError(f"--profile {given}: {OFF} runs no delayer, so no tracker feeds one")
+    try:
+        resolve_profile(name)
+    except ConfigError:
+        return name, suffix  # not a profile: Variant.of says so
+    if suffix == tracker_for(name):
+        raise SimInputError(f"--profile {given}: {suffix} is {name}'s own tracker already; name it {name}")
+    return name, suffix
+
+
 @dataclass(frozen=True)
 class Variant:
     """One policy to simulate: a profile or release name, the ``max_prefill_bs`` tracker and the health-check dispatch.
@@ -158,8 +177,12 @@ class Variant:
 
     @classmethod
     def of(cls, name: Any, tracker: Optional[str] = None, health_dispatch: Optional[str] = None) -> "Variant":
+        """``name`` may carry its own tracker as the label writes it, ``NAME+TRACKER`` (``aligned+decay``): one
+        profile run with another tracker beside the others with their own (``tracker`` sets every profile's)."""
         if tracker is not None and tracker not in TRACKERS:
             raise SimInputError(f"unknown max_prefill_bs tracker {tracker!r}: expected one of {', '.join(TRACKERS)}")
+        if isinstance(name, str) and "+" in name:
+            name, tracker = _own_tracker(name, tracker)
         if health_dispatch is not None and health_dispatch not in HEALTH_DISPATCH:
             raise SimInputError(f"unknown health-check dispatch {health_dispatch!r}: expected one of {', '.join(HEALTH_DISPATCH)}")
         if name == OFF:
@@ -184,9 +207,14 @@ class Variant:
         return tracker_for(self.name) if self.name != OFF else WINDOW
 
     @property
+    def tracked_name(self) -> str:
+        """The name, with the tracker when it is not the release's own (``aligned+decay``): what ``--profile`` takes."""
+        return self.name if self.tracker == self.default_tracker() else f"{self.name}+{self.tracker}"
+
+    @property
     def label(self) -> str:
         """The name, with the tracker and the health-check dispatch when they are not the release's own."""
-        label = self.name if self.tracker == self.default_tracker() else f"{self.name}+{self.tracker}"
+        label = self.tracked_name
         release = release_for(self.name) if self.name != OFF else None
         if self.health_dispatch != health_dispatch_for(release):
             label += f"+health-{self.health_dispatch}"

@@ -159,7 +159,7 @@ def measure(case: Case, variant: Variant) -> Row:
     b = case.bound if math.isclose(r.end_s, case.config.duration_s or 0.0, rel_tol=0.02) else bound(case.config, case.workload, r.end_s)
     b = run_bound(b, r, case)
     ttfts = ttfts_censored(r)
-    return Row(case.spec.name, variant.name, r.summary().input_tok_s, percentile(ttfts, 0.50), percentile(ttfts, 0.99), b, wall)
+    return Row(case.spec.name, variant.tracked_name, r.summary().input_tok_s, percentile(ttfts, 0.50), percentile(ttfts, 0.99), b, wall)
 
 
 def run_bound(b: Bound, r: RunResult, case: Case) -> Bound:

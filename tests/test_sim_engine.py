@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from prefill_delayer.sim import Burst, Lengths, LongPrompt, Mix, Poisson, SimConfig, TraceReplay, Variant, run_variant, simulate
@@ -255,6 +257,23 @@ def test_each_release_has_its_schedulers_tracker():
     assert (v.profile, v.tracker, v.tracker_source, v.label) == ("sglang-0.5.17", WINDOW, "release", "sglang-0.5.18")
     v = Variant.of("seed", "window")
     assert (v.tracker, v.tracker_source, v.label) == (WINDOW, "option", "seed+window")
+
+
+def test_a_profile_names_its_own_tracker_as_the_label_writes_it():
+    # NAME+TRACKER: one profile with another tracker, beside the others with their own (--tracker sets every one's).
+    v = Variant.of("aligned+decay")
+    assert (v.name, v.profile, v.tracker, v.tracker_source, v.tracked_name, v.label) == (
+        "aligned", "aligned", DECAY, "option", "aligned+decay", "aligned+decay")
+    assert Variant.of("sglang-0.5.18+lifetime").label == "sglang-0.5.18+lifetime"
+    for given, why in (("aligned+foo", "after '+' comes a max_prefill_bs tracker"),
+                       ("off+decay", "off runs no delayer"),
+                       ("aligned+window", "window is aligned's own tracker already; name it aligned"),
+                       ("sglang-0.5.17+decay", "decay is sglang-0.5.17's own tracker already"),
+                       ("nope+decay", "unknown profile 'nope'")):
+        with pytest.raises(SimInputError, match=re.escape(why)):
+            Variant.of(given)
+    with pytest.raises(SimInputError, match="names its own tracker; --tracker window sets every profile's"):
+        Variant.of("aligned+decay", "window")
 
 
 def test_lifetime_tracker_never_decays():

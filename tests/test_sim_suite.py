@@ -100,6 +100,19 @@ def test_duration_cuts_or_stretches_every_workload():
             assert case.bound.input_tok_s > 0
 
 
+def test_a_suite_runs_a_profile_with_its_own_tracker_beside_the_same_profile():
+    # aligned+decay is aligned fed 0.5.17's decaying max_prefill_bs: a row of its own, named as asked, that the goal
+    # can judge; on Poisson at saturation the tracker changes what the delayer holds.
+    s, given = _settings("--suite", "default", "--duration", "120")
+    spec = next(w for w in DEFAULT if w.name == "poisson-100")
+    case, variants = suite_run.plan(spec, ["aligned", "aligned+decay"], s, given)
+    mine, decayed = (suite_run.measure(case, v) for v in variants)
+    assert (mine.policy, decayed.policy) == ("aligned", "aligned+decay")
+    assert decayed.input_tok_s != mine.input_tok_s
+    lone = suite_run.measure(case, Variant.of("aligned", "decay"))
+    assert (lone.input_tok_s, lone.ttft_p99_s) == (decayed.input_tok_s, decayed.ttft_p99_s)
+
+
 def test_the_default_profiles_are_the_registrys():
     expected = ["off", *(p for p in all_profiles() if policy_of(p).sim is not None)]
     assert suite_run.default_profiles() == expected
