@@ -63,6 +63,8 @@ class Row:
     ttft_p99_s: Optional[float]
     bound: Bound
     wall_s: float
+    tpot_p50_s: Optional[float] = None  # time per output token after the first (None: no request decoded twice)
+    tpot_p99_s: Optional[float] = None
 
     def fractions(self) -> tuple[Optional[float], Optional[float], Optional[float]]:
         b = self.bound
@@ -148,6 +150,14 @@ def ttfts_censored(r: RunResult) -> list[float]:
     return [(q.first_token_s if q.first_token_s is not None else end) - q.arrival for q in r.requests if q.arrival >= warm]
 
 
+def tpots(r: RunResult) -> list[float]:
+    """Each window request's time per output token after its first (TPOT: what a decode pass stretched by a prefill
+    costs the requests decoding through it), for the requests that finished with more than one output token."""
+    warm = r.config.warmup_s
+    return [(q.finish_s - q.first_token_s) / (q.output - 1) for q in r.requests
+            if q.arrival >= warm and q.output > 1 and q.finish_s is not None and q.first_token_s is not None]
+
+
 def measure(case: Case, variant: Variant) -> Row:
     """Run one policy on one workload, against the bound of the run's own measured window."""
     start = time.perf_counter()
@@ -159,7 +169,9 @@ def measure(case: Case, variant: Variant) -> Row:
     b = case.bound if math.isclose(r.end_s, case.config.duration_s or 0.0, rel_tol=0.02) else bound(case.config, case.workload, r.end_s)
     b = run_bound(b, r, case)
     ttfts = ttfts_censored(r)
-    return Row(case.spec.name, variant.tracked_name, r.summary().input_tok_s, percentile(ttfts, 0.50), percentile(ttfts, 0.99), b, wall)
+    tpot = tpots(r)
+    return Row(case.spec.name, variant.tracked_name, r.summary().input_tok_s, percentile(ttfts, 0.50), percentile(ttfts, 0.99), b,
+               wall, percentile(tpot, 0.50), percentile(tpot, 0.99))
 
 
 def run_bound(b: Bound, r: RunResult, case: Case) -> Bound:
@@ -187,6 +199,10 @@ def _tok(x: float) -> str:
 
 def _s(x: Optional[float]) -> str:
     return "-" if x is None else f"{x:.2f} s" if x < 10 else f"{x:.1f} s"
+
+
+def _ms(x: Optional[float]) -> str:
+    return "-" if x is None else f"{1000 * x:.0f} ms"
 
 
 def _pct(x: Optional[float]) -> str:
@@ -230,6 +246,9 @@ RESULT_COLUMNS: tuple[Column[Line], ...] = (
     _of_bound(1),
     Column("TTFT p99", "99th percentile of the same", lambda x: _s(x[0].bound.ttft(0.99) if x[1] is None else x[1].ttft_p99_s)),
     _of_bound(2),
+    Column("TPOT p50", "median time per output token after the first, over the window's requests that finished with more "
+           "than one (the bound sets none; -: no such request)", lambda x: "" if x[1] is None else _ms(x[1].tpot_p50_s)),
+    Column("TPOT p99", "99th percentile of the same", lambda x: "" if x[1] is None else _ms(x[1].tpot_p99_s)),
 )
 
 
@@ -290,6 +309,7 @@ def suite_doc(name: str, cases: Sequence[Case], rows: Sequence[Row], wall_s: flo
                 "results": [
                     dict(zip(("input_frac", "ttft_p50_frac", "ttft_p99_frac"), r.fractions()),
                          policy=r.policy, input_tok_s=r.input_tok_s, ttft_p50_s=r.ttft_p50_s, ttft_p99_s=r.ttft_p99_s,
+                         tpot_p50_s=r.tpot_p50_s, tpot_p99_s=r.tpot_p99_s,
                          run_bound_input_tok_s=r.bound.input_tok_s, wall_s=r.wall_s)
                     for r in rows if r.workload == c.spec.name
                 ],
@@ -439,4 +459,4 @@ def main(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
 
 
 __all__ = ["Case", "Row", "SUITE_OPTIONS", "check_load_scales", "default_profiles", "goals", "load_label", "main", "measure", "plan", "plot", "report",
-           "run_bound", "run_suite", "scaled", "standings", "suite_doc", "table", "ttfts_censored"]
+           "run_bound", "run_suite", "scaled", "standings", "suite_doc", "table", "tpots", "ttfts_censored"]

@@ -113,6 +113,23 @@ def test_a_suite_runs_a_profile_with_its_own_tracker_beside_the_same_profile():
     assert (lone.input_tok_s, lone.ttft_p99_s) == (decayed.input_tok_s, decayed.ttft_p99_s)
 
 
+def test_tpot_is_the_decode_time_a_prefill_pass_stretches():
+    # Every decode pass lasts at least the cost model's floor, so no request's time per output token is below it; a
+    # policy that lets unaligned prefill passes run beside the decode (off, on DP=16 at 80%) stretches them, where
+    # hardened's holds keep them short.
+    s, given = _settings("--suite", "default", "--duration", "120")
+    spec = next(w for w in DEFAULT if w.name == "dp16")
+    case, variants = suite_run.plan(spec, ["off", "hardened"], s, given)
+    off, held = (suite_run.measure(case, v) for v in variants)
+    floor = case.config.cost.floor_s
+    for row in (off, held):
+        assert row.tpot_p50_s is not None and row.tpot_p99_s is not None
+        assert floor <= row.tpot_p50_s <= row.tpot_p99_s, row.policy
+    assert off.tpot_p50_s > 1.2 * held.tpot_p50_s
+    doc = suite_run.suite_doc("default", [case], [off, held], 1.0)
+    assert [r["tpot_p50_s"] for r in doc["workloads"][0]["results"]] == [off.tpot_p50_s, held.tpot_p50_s]
+
+
 def test_the_default_profiles_are_the_registrys():
     expected = ["off", *(p for p in all_profiles() if policy_of(p).sim is not None)]
     assert suite_run.default_profiles() == expected
@@ -154,7 +171,7 @@ def test_the_cli_runs_a_tiny_suite_with_json_and_plot(tmp_path, capsys):
     assert cli(["simulate", "--suite", "default", "--duration", "20", "--profile", "off", "--profile", "hardened",
                 "--json", str(out_json), "--plot", str(out_png), "--progress"]) == 0
     out, err = capsys.readouterr()
-    assert "| workload | policy | input tok/s | of bound | TTFT p50 | of bound | TTFT p99 | of bound |" in out
+    assert "| workload | policy | input tok/s | of bound | TTFT p50 | of bound | TTFT p99 | of bound | TPOT p50 | TPOT p99 |" in out
     assert "wall time:" in out
     assert len([line for line in err.splitlines() if line.startswith("[")]) == 2 * len(DEFAULT)
     doc = json.loads(out_json.read_text())
