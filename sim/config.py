@@ -149,13 +149,7 @@ def _own_tracker(given: str, tracker: Optional[str]) -> tuple[str, str]:
         raise SimInputError(f"--profile {given} names its own tracker; --tracker {tracker} sets every profile's: give one")
     if name == OFF:
         raise SimInputError(f"--profile {given}: {OFF} runs no delayer, so no tracker feeds one")
-    try:
-        resolve_profile(name)
-    except ConfigError:
-        return name, suffix  # not a profile: Variant.of says so
-    if suffix == tracker_for(name):
-        raise SimInputError(f"--profile {given}: {suffix} is {name}'s own tracker already; name it {name}")
-    return name, suffix
+    return name, suffix  # Variant.of resolves the profile, then refuses its own tracker
 
 
 @dataclass(frozen=True)
@@ -181,6 +175,7 @@ class Variant:
         profile run with another tracker beside the others with their own (``tracker`` sets every profile's)."""
         if tracker is not None and tracker not in TRACKERS:
             raise SimInputError(f"unknown max_prefill_bs tracker {tracker!r}: expected one of {', '.join(TRACKERS)}")
+        given = name
         if isinstance(name, str) and "+" in name:
             name, tracker = _own_tracker(name, tracker)
         if health_dispatch is not None and health_dispatch not in HEALTH_DISPATCH:
@@ -195,13 +190,16 @@ class Variant:
                     raise SimInputError(f"{exc}; or {OFF} (no delayer)") from None
             profile = resolve_profile(name)
         release = release_for(name) if name != OFF else None
-        return cls(
+        variant = cls(
             name, profile,
             tracker if tracker is not None else tracker_for(name) if name != OFF else WINDOW,
             "option" if tracker is not None else "release",
             health_dispatch if health_dispatch is not None else health_dispatch_for(release),
             "option" if health_dispatch is not None else "release",
         )
+        if given != name and variant.tracker == variant.default_tracker():
+            raise SimInputError(f"--profile {given}: {variant.tracker} is {name}'s own tracker already; name it {name}")
+        return variant
 
     def default_tracker(self) -> str:
         return tracker_for(self.name) if self.name != OFF else WINDOW

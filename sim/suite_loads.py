@@ -39,10 +39,15 @@ def _scaled_workloads(loads: Sequence[Load]) -> list[str]:
     return [c.spec.name for c in loads[0].cases if c.spec.load is not None]
 
 
+def _runs(loads: Sequence[Load]) -> tuple[list[str], dict[tuple[float, str, str], Row]]:
+    """The policies, in the run's order, and every run by (scale, workload, policy)."""
+    return (list(dict.fromkeys(r.policy for r in loads[0].rows)),
+            {(ld.scale, r.workload, r.policy): r for ld in loads for r in ld.rows})
+
+
 def by_load_table(loads: Sequence[Load], cell: Callable[[Row], str]) -> str:
     """Workload x policy, a column per load: ``cell`` of that run."""
-    found = {(ld.scale, r.workload, r.policy): r for ld in loads for r in ld.rows}
-    policies = list(dict.fromkeys(r.policy for r in loads[0].rows))
+    policies, found = _runs(loads)
     lines = [(w, p) for w in _scaled_workloads(loads) for p in policies]
     columns: list[Column[tuple[str, str]]] = [
         Column("workload", "", lambda x: x[0], align="---"),
@@ -100,8 +105,7 @@ def plot(name: str, loads: Sequence[Load], path: str) -> None:
     from matplotlib import ticker
 
     names = _scaled_workloads(loads)
-    policies = list(dict.fromkeys(r.policy for r in loads[0].rows))
-    found = {(ld.scale, r.workload, r.policy): r for ld in loads for r in ld.rows}
+    policies, found = _runs(loads)
     bounds = {(ld.scale, c.spec.name): c.bound.ttft(0.99) for ld in loads for c in ld.cases}
     order = sorted(loads, key=lambda ld: ld.scale)
     xs = [ld.scale for ld in order]
