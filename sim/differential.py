@@ -23,6 +23,7 @@ from typing import Optional, Sequence
 from .config import SimConfig, Variant
 from .cost import SGLANG_32880
 from .engine import run_variant
+from .trackers import WINDOW, own_tracker
 from .result import PassTrace, RunResult
 from .workload import Burst, Bursty, Lengths, LongPrompt, Mix, Poisson, Workload
 
@@ -39,8 +40,9 @@ class Case:
     why: str
 
     def variant(self) -> Variant:
-        # SGLang 0.5.23's scheduler tracks max_prefill_bs with its window: the model runs the same.
-        return Variant.of(self.profile, tracker="window")
+        # SGLang 0.5.23's scheduler tracks max_prefill_bs with its window, and a policy that keeps its own tracker
+        # negotiates with that one instead: the model runs the same.
+        return Variant.of(self.profile, tracker=own_tracker(self.profile) or WINDOW)
 
 
 _SMALL = dict(dp_size=4, max_running_requests=32, max_total_tokens=200_000, chunked_prefill_size=4096, max_prefill_tokens=8192,
@@ -75,6 +77,9 @@ WORKLOADS: dict[str, Case] = {
     "mixed-chunk": Case(SimConfig(**{**_SMALL, "enable_mixed_chunk": True}),
                         Poisson(rate=10.0, prompt=Lengths(500, 4000), output=Lengths(20, 200)), "sglang-0.5.22",
                         "--mixed-chunk"),
+    "aligned": Case(SimConfig(**_SMALL), Poisson(rate=12.0, prompt=Lengths(500, 4000), output=Lengths(20, 200)), "aligned",
+                    "aligned over saturation: the max_prefill_bs its delayer keeps (decay) against the model's decay "
+                    "tracker, and the chunk it reads"),
     "off": Case(SimConfig(**_SMALL), Poisson(rate=6.0, prompt=Lengths(500, 4000), output=Lengths(20, 200)), "off",
                 "no delayer"),
 }

@@ -39,7 +39,7 @@ from ..integrations.sglang.releases import PrefillDelayer_0_5_14
 from ..integrations.sglang.shell import PrefillDelayerSinglePassExecutor
 from .config import SimConfig, Variant
 from .errors import SimInputError
-from .trackers import WINDOW
+from .trackers import WINDOW, own_tracker
 from .workload import Request, Workload, largest_request
 
 NegotiateArgs = tuple[int, int, int, int]
@@ -166,10 +166,12 @@ class SGLangGroup:
     def __init__(self, config: SimConfig, variant: Variant, workload: Workload, outcomes: list, gather: Any,
                  clock: Callable[[], float]) -> None:
         scheduler_module = require_scheduler()
-        if variant.tracker != WINDOW:
+        # 0.5.23's scheduler tracks with its window; a policy that keeps its own negotiates with that one instead.
+        runs = own_tracker(variant.name) or WINDOW
+        if variant.tracker != runs:
             raise SimInputError(
-                f"--scheduler sglang runs SGLang 0.5.23's scheduler, whose max_prefill_bs tracker is window; "
-                f"{variant.label} asks for {variant.tracker}"
+                f"--scheduler sglang runs SGLang 0.5.23's scheduler, whose max_prefill_bs tracker is window"
+                f"{'' if runs == WINDOW else f' ({variant.name} keeps its own, {runs})'}; {variant.label} asks for {variant.tracker}"
             )
         largest = largest_request(workload)
         context = (largest[0] if largest is not None else config.max_total_tokens) + 8
@@ -282,7 +284,8 @@ def _recording_executor(recorders: dict[int, Callable[[NegotiateArgs, bool], Non
             verdict = super().negotiate_should_allow_prefill(local_prefillable, running_batch, max_prefill_bs,
                                                              max_running_requests, waiting_queue_len)
             if local_prefillable:
-                self._record((running_batch, max_prefill_bs, max_running_requests, waiting_queue_len), verdict)
+                self._record((running_batch, self.negotiated_max_prefill_bs(max_prefill_bs), max_running_requests,
+                              waiting_queue_len), verdict)
             return verdict
 
     Executor.__name__ = Executor.__qualname__ = "PrefillDelayerSinglePassExecutor"

@@ -1,17 +1,8 @@
-"""How a rank's scheduler tracks ``max_prefill_bs``, the value the slot trigger compares free slots with.
+"""How a simulated rank's scheduler tracks ``max_prefill_bs`` (``spec.trackers`` names the three and their releases).
 
-Three generations, each a copy of the scheduler code of the releases named:
-
-* ``lifetime`` (0.5.14-0.5.16): ``self.max_prefill_bs = max(self.max_prefill_bs,
-  len(can_run_list))`` after every non-empty admission, never lowered: the lifetime
-  high-watermark #32880 blames for the starvation;
-* ``decay`` (0.5.17, from #32880): the same high-watermark, multiplied by 0.998 at
-  the start of every ``get_new_batch_prefill`` (a half-life of about 350 passes),
-  passed to the delayer as ``int(...)``;
-* ``window`` (0.5.18-0.5.23, #34284): ``RecentPrefillBatchSizeTracker``, the
-  largest of the last 16 non-empty prefill attempts; a vetoed attempt counts
-  with the executor's estimate ``min(max(waiting, 1), max(max_running - running, 1))``
-  (``PrefillDelayerSinglePassExecutor._estimate_attempted_prefill_bs``).
+``MaxPrefillBsTracker`` updates it where each release's scheduler does; ``tracker_for``
+picks a profile's: its release's, or, for a profile of ours, the one its policy keeps
+itself (``HostBinding.own_max_prefill_bs``), else the newest release's.
 """
 
 from __future__ import annotations
@@ -20,19 +11,10 @@ from collections import deque
 from typing import Optional
 
 from ..spec.registry import known_profile, policies, policy_of, resolve_profile
+from ..spec.trackers import (DECAY, DECAY_PER_PASS, LIFETIME, TRACKER_OF_RELEASE as _TRACKER_OF_RELEASE,
+                             TRACKER_RELEASES, TRACKERS, WINDOW, WINDOW_SIZE, DecayingMax)
 from .errors import SimInputError
 
-LIFETIME, DECAY, WINDOW = "lifetime", "decay", "window"
-TRACKERS = (LIFETIME, DECAY, WINDOW)
-DECAY_PER_PASS = 0.998  # SGLang 0.5.17 scheduler.get_new_batch_prefill
-WINDOW_SIZE = 16  # SGLANG_PREFILL_DELAYER_MAX_PREFILL_BS_WINDOW_SIZE's default
-# The releases whose scheduler uses each tracker.
-TRACKER_RELEASES = {
-    LIFETIME: ("0.5.14", "0.5.15", "0.5.16"),
-    DECAY: ("0.5.17",),
-    WINDOW: ("0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23"),
-}
-_TRACKER_OF_RELEASE = {r: t for t, rs in TRACKER_RELEASES.items() for r in rs}
 assert {r for pol in policies() for p in pol.profiles for r in p.releases} <= set(_TRACKER_OF_RELEASE), (
     "every SGLang release a profile is needs a tracker"
 )
@@ -54,15 +36,26 @@ def release_for(name: str) -> Optional[str]:
 
 
 def tracker_for(name: str) -> str:
-    """The tracker of the SGLang release a profile or release name stands for (the newest for ours)."""
+    """The tracker a profile or release name negotiates with: its release's; for a profile of ours, the one its
+    policy keeps itself (``HostBinding.own_max_prefill_bs``), else the newest release's."""
     release = release_for(name)
-    return _TRACKER_OF_RELEASE[release] if release is not None else WINDOW
+    if release is not None:
+        return _TRACKER_OF_RELEASE[release]
+    return own_tracker(name) or WINDOW
+
+
+def own_tracker(name: str) -> Optional[str]:
+    """The tracker a profile's policy keeps itself in place of the scheduler's argument (None: none, or ``off``)."""
+    if not known_profile(name):
+        return None
+    host = policy_of(resolve_profile(name)).host
+    return host.own_max_prefill_bs if host is not None else None
 
 
 class MaxPrefillBsTracker:
     """One rank's ``max_prefill_bs``, updated where its release's scheduler updates it."""
 
-    __slots__ = ("kind", "_value", "_window", "value")
+    __slots__ = ("kind", "_value", "_window", "_decaying", "value")
 
     def __init__(self, kind: str) -> None:
         if kind not in TRACKERS:
@@ -70,15 +63,18 @@ class MaxPrefillBsTracker:
         self.kind = kind
         self._value = 0.0
         self._window: deque[int] = deque(maxlen=WINDOW_SIZE)
+        # ``decay``: the spec's object, the one a policy that keeps its own tracker runs in the plugin
+        self._decaying = DecayingMax() if kind == DECAY else None
         # What the scheduler passes to the delayer: ``int(self.max_prefill_bs)``, kept with ``_value`` (read twice a
         # rank and pass: the facts and the call site's arguments).
         self.value = 0
 
     def start_pass(self) -> None:
         """Top of ``get_new_batch_prefill``: 0.5.17 decays here, once per pass."""
-        if self.kind == DECAY:
-            self._value *= DECAY_PER_PASS
-            self.value = int(self._value)
+        decaying = self._decaying
+        if decaying is not None:
+            decaying.start_pass()
+            self.value = decaying.value
 
     def end_pass(self, batch_size: int, negotiated: Optional[tuple[int, int, int, int]]) -> None:
         """After the pass: ``batch_size`` requests admitted (0: none); ``negotiated`` the arguments the pass
@@ -103,6 +99,9 @@ class MaxPrefillBsTracker:
             else:
                 return
             self.value = int(self._value)
+        elif self._decaying is not None:
+            self._decaying.observe(batch_size)
+            self.value = self._decaying.value
         elif batch_size > self._value:
             self._value = batch_size
             self.value = int(batch_size)
@@ -116,3 +115,7 @@ def attempted_prefill_bs(running_batch: int, max_running_requests: int, waiting_
         free_slots = 1
     wanted = waiting_queue_len if waiting_queue_len > 1 else 1
     return wanted if wanted < free_slots else free_slots
+
+
+__all__ = ["DECAY", "DECAY_PER_PASS", "LIFETIME", "TRACKERS", "TRACKER_RELEASES", "WINDOW", "WINDOW_SIZE",
+           "MaxPrefillBsTracker", "attempted_prefill_bs", "own_tracker", "release_for", "tracker_for"]

@@ -386,6 +386,10 @@ class HostBinding:
     # inputs that are no argument of SGLang's call: the plugin reads each from the scheduler itself
     # (``integrations/sglang/readings``) and hands it to the pass's executor; they follow the call's in the inputs
     reads: tuple[Field, ...] = ()
+    # a ``max_prefill_bs`` tracker (``spec.trackers``; ``decay`` so far) the delayer keeps itself from the executor's
+    # ``finalize(actual_prefill_bs=)`` (SGLang 0.5.18 on) and negotiates with in place of the scheduler's argument;
+    # None: the scheduler's
+    own_max_prefill_bs: Optional[str] = None
 
 
 @dataclass(frozen=True)

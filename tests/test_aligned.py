@@ -291,3 +291,58 @@ def test_the_executor_takes_the_chunk_the_plugins_hook_reads_and_refuses_a_late_
     hardened = PrefillDelayer(1, 1, None, args, 30, None, profile="hardened", gather=lambda row: [row], decision_log=False)
     with pytest.raises(ValueError, match=r"it reads: none"):
         PrefillDelayerSinglePassExecutor(hardened, token_usage=0.5).read_from_scheduler("chunk_tokens_left", 300)
+
+
+def test_the_plugins_executor_negotiates_with_aligneds_own_decayed_max_prefill_bs() -> None:
+    """SGLang 0.5.18+'s executor (the shell's): for aligned it decays its own mark when built (the top of
+    get_new_batch_prefill), raises it to what finalize(actual_prefill_bs=) is handed, and the pass negotiates with it
+    whatever max_prefill_bs the scheduler's call passes; hardened's passes negotiate with the call's."""
+    from types import SimpleNamespace
+
+    from prefill_delayer.integrations.sglang.releases import PrefillDelayer_0_5_14
+    from prefill_delayer.integrations.sglang.shell import PrefillDelayerSinglePassExecutor
+
+    args = SimpleNamespace(enable_dp_attention=True, disable_overlap_schedule=True, chunked_prefill_size=4096,
+                           prefill_delayer_queue_min_ratio=None, prefill_delayer_max_delay_ms=None, prefill_max_requests=None)
+    negotiated: dict[str, list[int]] = {}
+    for profile in ("aligned", "hardened"):
+        index = policy_of(profile).row_names.index("max_prefill_bs")
+        seen = negotiated[profile] = []
+
+        def gather(row: Any, seen: list[int] = seen, index: int = index) -> list[Any]:
+            seen.append(row[index])
+            return [row]
+
+        delayer = PrefillDelayer_0_5_14(1, 1, None, args, 30, None, profile=profile, gather=gather)
+        # (the scheduler's max_prefill_bs at the call, the batch the pass admits) per pass
+        for scheduler_bs, admitted in ((9, 5), (9, 0), (9, 0), (9, 2), (9, 0)):
+            executor = PrefillDelayerSinglePassExecutor(delayer, token_usage=0.5)
+            executor.negotiate_should_allow_prefill(True, running_batch=0, max_prefill_bs=scheduler_bs,
+                                                    max_running_requests=8, waiting_queue_len=5)
+            assert executor.finalize(actual_prefill_bs=admitted) == (admitted or 5)  # the scheduler's window's, as before
+    # the mark: 0; 5 x 0.998 = 4.99; 4.98; 4.97; then max(4.97, 2) decayed, 4.96
+    assert negotiated["aligned"] == [0, 4, 4, 4, 4]
+    assert negotiated["hardened"] == [9] * 5
+
+
+def test_on_every_release_the_plugin_runs_it_on_it_negotiates_with_the_decaying_tracker() -> None:
+    """From 0.5.18 on the executor keeps the mark (finalize is handed actual_prefill_bs); 0.5.17's executor is not,
+    and there the scheduler's own argument is the decaying mark already; 0.5.14-0.5.16 refuse aligned (its chunk)."""
+    from prefill_delayer.integrations.sglang.readings import readings_for
+    from prefill_delayer.integrations.sglang.releases import API_CLASSES, API_OF_RELEASE
+    from prefill_delayer.integrations.sglang.shell import PrefillDelayerSinglePassExecutor
+    from prefill_delayer.spec.trackers import TRACKER_OF_RELEASE
+
+    own = policy_of("aligned").host.own_max_prefill_bs
+    reads = tuple(f.name for f in policy_of("aligned").host.reads)
+    runs = []
+    for release in API_OF_RELEASE:
+        try:
+            readings_for(reads, release)
+        except ValueError:
+            continue
+        runs.append(release)
+        keeps_it = issubclass(API_CLASSES[API_OF_RELEASE[release]][1], PrefillDelayerSinglePassExecutor)
+        assert keeps_it or TRACKER_OF_RELEASE[release] == own, release
+        assert keeps_it == (release != "0.5.17"), release
+    assert runs == [f"0.5.{n}" for n in range(17, 24)]

@@ -401,10 +401,13 @@ CHUNKED_PROMPT = 1000
 # while rank 0 decodes too (its previous request is in its running batch).
 # Then a prompt of CHUNKED_PROMPT tokens on rank 1, chunked over four passes (aligned's chunk_tokens_left), beside a
 # short one on rank 0 (an all pass admits both; the chunk goes on whatever the later passes decide).
-NO_DECODE, BOTH, DECODE_ELSEWHERE, DECODE_HERE, CHUNKED = 1, 15, 25, 41, 56
+# Last, three requests on each rank, one on each the pass after: both passes all passes, the second negotiating
+# with the batch of three the first admitted (aligned's own max_prefill_bs: int(3 x 0.998) = 2).
+NO_DECODE, BOTH, DECODE_ELSEWHERE, DECODE_HERE, CHUNKED, BATCHES = 1, 15, 25, 41, 56, 62
 CPU_PLAN_PASSES = 64
 ARRIVALS = {NO_DECODE: ([SHORT], []), BOTH: ([SHORT], [LONG]), DECODE_ELSEWHERE: ([LONG], []), DECODE_HERE: ([LONG], []),
-            CHUNKED: ([SHORT], [[CHUNKED_PROMPT, SHORT]])}
+            CHUNKED: ([SHORT], [[CHUNKED_PROMPT, SHORT]]), BATCHES: ([SHORT] * 3, [SHORT] * 3),
+            BATCHES + 1: ([SHORT], [SHORT])}
 
 _CPU_SCHEDULER_PROCESS = """
     import faulthandler, json, logging, os, sys
@@ -446,8 +449,12 @@ _CPU_SCHEDULER_PROCESS = """
     def observed(running_batch):  # what the call sites will read of the scheduler, as get_new_batch_prefill starts
         c = s.chunked_req  # its prompt's tokens not yet in the KV cache: the whole prompt, less the KV it committed
         seen.update(running=running_batch.batch_size(), waiting=len(s.waiting_queue), chunked=c is not None,
-                    chunk_left=0 if c is None else len(c.origin_input_ids) - c.kv.kv_committed_len)
-        return own(running_batch)
+                    chunk_left=0 if c is None else len(c.origin_input_ids) - c.kv.kv_committed_len,
+                    scheduler_max_prefill_bs=int(s.max_prefill_bs))
+        plan = own(running_batch)
+        batch = plan.batch_to_run  # the batch its executor's finalize(actual_prefill_bs=) is handed
+        seen["prefill_bs"] = 0 if batch is None else batch.batch_size()
+        return plan
 
     s.get_new_batch_prefill = observed
     try:
@@ -576,6 +583,40 @@ def test_aligned_reads_the_schedulers_running_batch_and_cuts_the_hold_only_where
     assert _reasons(theirs[0], DECODE_HERE, DECODE_HERE + CAP - 1) == cap
     for rank in range(WORLD):
         assert [_verdict(x) for x in theirs[rank][DECODE_HERE - 1:]] == [_verdict(x) for x in logged[rank][DECODE_HERE - 1:]]
+
+
+def test_aligned_negotiates_with_its_own_decayed_max_prefill_bs_not_the_schedulers_window(
+        cpu_runs: dict[str, tuple[list[list[dict[str, Any]]], Path]]) -> None:
+    """aligned's slot trigger reads the max_prefill_bs its delayer keeps (HostBinding.own_max_prefill_bs): SGLang
+    0.5.17's mark, decayed x0.998 as each get_new_batch_prefill starts and raised to the batch the scheduler hands the
+    executor's finalize. Replayed here from what the scheduler did, pass by pass, it is every logged row's value; the
+    scheduler's own (0.5.23's window) differs on the passes shown, and hardened's rows read that one."""
+    from prefill_delayer.spec.registry import policy_of
+
+    assert policy_of("aligned").host.own_max_prefill_bs == "decay"
+    assert policy_of("hardened").host.own_max_prefill_bs is None
+    fields = policy_of("aligned").row_names
+    differ = nonzero = 0
+    for profile in ("aligned", "hardened"):
+        records, folder = cpu_runs[profile]
+        logged = _logged(folder)
+        for rank in range(WORLD):
+            mark, largest = 0.0, 0
+            for s, x in zip(records[rank][1:], logged[rank]):
+                mark *= 0.998  # SGLang 0.5.17's scheduler.get_new_batch_prefill
+                row = dict(zip(fields, x["row"]))
+                if row["prefillable"]:  # a rank that reached a call site: its row holds the value it negotiated with
+                    if profile == "aligned":
+                        assert row["max_prefill_bs"] == int(mark), (rank, s, row, mark)
+                        differ += int(mark) != s["scheduler_max_prefill_bs"]
+                        nonzero += int(mark) > 0
+                    else:
+                        assert row["max_prefill_bs"] == s["scheduler_max_prefill_bs"], (rank, s, row)
+                mark, largest = max(mark, s["prefill_bs"]), max(largest, s["prefill_bs"])
+            assert largest >= 1, (profile, rank)  # each rank admitted a batch: the replay saw it
+    # The scheduler's window and aligned's mark are not the same numbers here; and the mark is not 0 throughout (a
+    # batch of 1 decays to int(0.998) = 0 at once, one of 2 holds 1 for about 350 passes).
+    assert differ >= 3 and nonzero >= 2, (differ, nonzero)
 
 
 def test_check_log_checks_aligned_logs_of_the_scheduler_and_finds_a_flipped_decision(

@@ -65,3 +65,16 @@ def test_the_case_with_health_checks_dropped_some_on_both_backends(scheduler_her
     dropped = [sum(1 for *_, taken in r.health_checks if not taken) for r in (c.model, c.sglang)]
     assert dropped[0] == dropped[1] > 0
     assert [h[:2] for h in c.model.health_checks] == [h[:2] for h in c.sglang.health_checks]
+
+
+@pytest.mark.parametrize("given, tracker", [("aligned+window", "window"), ("sglang-0.5.17", "decay"), ("hardened+decay", "decay")])
+def test_sglangs_scheduler_refuses_a_tracker_it_does_not_run(scheduler_here: None, given: str, tracker: str) -> None:
+    # 0.5.23's scheduler tracks with its window, and aligned's delayer keeps its decay (the aligned case above):
+    # any other pairing would be labelled one thing and run another.
+    from prefill_delayer.sim.config import Variant
+    from prefill_delayer.sim.engine import run_variant
+    from prefill_delayer.sim.errors import SimInputError
+
+    case = WORKLOADS["aligned"]
+    with pytest.raises(SimInputError, match=f"whose max_prefill_bs tracker is window.*asks for {tracker}"):
+        run_variant(case.config.replace(scheduler="sglang"), Variant.of(given), case.workload)

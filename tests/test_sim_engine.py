@@ -16,6 +16,7 @@ from prefill_delayer.sim.trackers import (
     WINDOW_SIZE,
     MaxPrefillBsTracker,
     attempted_prefill_bs,
+    own_tracker,
     tracker_for,
 )
 from delayer_spec import PROFILES, RELEASES
@@ -261,19 +262,24 @@ def test_each_release_has_its_schedulers_tracker():
 
 def test_a_profile_names_its_own_tracker_as_the_label_writes_it():
     # NAME+TRACKER: one profile with another tracker, beside the others with their own (--tracker sets every one's).
-    v = Variant.of("aligned+decay")
+    # aligned's own is the decay its delayer keeps (HostBinding.own_max_prefill_bs): aligned+window is it fed
+    # 0.5.23's window instead.
+    assert Variant.of("aligned").tracker == tracker_for("aligned") == own_tracker("aligned") == DECAY
+    assert own_tracker("hardened") is None and own_tracker("off") is None
+    v = Variant.of("aligned+window")
     assert (v.name, v.profile, v.tracker, v.tracker_source, v.tracked_name, v.label) == (
-        "aligned", "aligned", DECAY, "option", "aligned+decay", "aligned+decay")
+        "aligned", "aligned", WINDOW, "option", "aligned+window", "aligned+window")
     assert Variant.of("sglang-0.5.18+lifetime").label == "sglang-0.5.18+lifetime"
     for given, why in (("aligned+foo", "after '+' comes a max_prefill_bs tracker"),
                        ("off+decay", "off runs no delayer"),
-                       ("aligned+window", "window is aligned's own tracker already; name it aligned"),
+                       ("aligned+decay", "decay is aligned's own tracker already; name it aligned"),
+                       ("hardened+window", "window is hardened's own tracker already"),
                        ("sglang-0.5.17+decay", "decay is sglang-0.5.17's own tracker already"),
                        ("nope+decay", "unknown profile 'nope'")):
         with pytest.raises(SimInputError, match=re.escape(why)):
             Variant.of(given)
     with pytest.raises(SimInputError, match="names its own tracker; --tracker window sets every profile's"):
-        Variant.of("aligned+decay", "window")
+        Variant.of("aligned+window", "window")
 
 
 def test_lifetime_tracker_never_decays():

@@ -24,9 +24,10 @@ from types import SimpleNamespace
 from ...runtime.delayer import PrefillDelayer as CoreDelayer
 from ...runtime.delayer import PrefillDelayerSinglePassExecutor as CoreExecutor
 from ...runtime.gather import GatherFn
-from ...spec.errors import PassInputError
+from ...spec.errors import ConfigError, PassInputError
 from ...spec.inputs import checks_of
 from ...spec.registry import policy_of
+from ...spec.trackers import DECAY, DecayingMax
 from .announce import flush_announcement
 
 # The profile whose decisions are SGLang 0.5.22-0.5.23's bit for bit: the default of this API.
@@ -40,6 +41,18 @@ def nccl_env() -> bool:
     return envs.SGLANG_NCCL_ALL_GATHER_IN_OVERLAP_SCHEDULER_SYNC_BATCH.get()
 
 
+def own_max_prefill_bs(profile: str) -> Optional[DecayingMax]:
+    """The ``max_prefill_bs`` tracker the profile's delayer keeps itself (``HostBinding.own_max_prefill_bs``), fresh;
+    None: it negotiates with the scheduler's argument."""
+    host = policy_of(profile).host
+    kind = host.own_max_prefill_bs if host is not None else None
+    if kind is None:
+        return None
+    if kind != DECAY:
+        raise ConfigError(f"profile {profile!r} keeps a {kind} max_prefill_bs tracker; the plugin keeps only {DECAY}")
+    return DecayingMax()
+
+
 class ShellDelayer:
     """What every release's shell shares: the core, and the attributes SGLang's code reads.
 
@@ -48,6 +61,7 @@ class ShellDelayer:
     """
 
     profile: str = CURRENT_PROFILE
+    own_max_prefill_bs: Optional[DecayingMax] = None  # set by ``_build_core``
 
     def _build_core(
         self,
@@ -96,6 +110,7 @@ class ShellDelayer:
             attn_cp_size=attn_cp_size,
             debug_log_enabled=debug_log_enabled,
         )
+        self.own_max_prefill_bs = own_max_prefill_bs(chosen)
         # Both releases' spellings, for the executor's estimate and for code that reads them.
         self.num_dp_ranks = self.dp_size = num_dp_ranks
         self.attn_dp_enabled = self.enable_dp_attention = self._core.enable_dp_attention
@@ -244,12 +259,26 @@ class PrefillDelayerSinglePassExecutor(PassExecutor):
     the largest batch this pass could have attempted (``min(waiting queue,
     free request slots)``, each at least 1, over the calls with a prefillable
     rank), which SGLang's batch-size tracker observes.
+
+    A profile that keeps its own ``max_prefill_bs`` tracker (``aligned``) has it
+    here: the scheduler builds this executor at the top of every
+    ``get_new_batch_prefill`` (its start of pass), ``finalize`` hands it the
+    batch, and the pass negotiates with its value in place of the call's
+    ``max_prefill_bs`` (``negotiated_max_prefill_bs``).
     """
 
     def __init__(self, prefill_delayer: ShellDelayer, token_usage: float) -> None:
         super().__init__(prefill_delayer, token_usage)
         self._token_usage = token_usage
         self._attempted_prefill_bs = 0
+        self._own = own = prefill_delayer.own_max_prefill_bs
+        if own is not None:
+            own.start_pass()
+
+    def negotiated_max_prefill_bs(self, max_prefill_bs: int) -> int:
+        """The ``max_prefill_bs`` this pass negotiates with, given the call's: the delayer's own tracker's, if any."""
+        own = self._own
+        return max_prefill_bs if own is None else own.value
 
     def negotiate_should_allow_prefill(
         self,
@@ -262,6 +291,7 @@ class PrefillDelayerSinglePassExecutor(PassExecutor):
         repeat = self._pass._called
         # The first call's arguments are checked by the negotiation (on every rank alike);
         # a repeat call gathers nothing, so its arguments are checked here, before the estimate.
+        max_prefill_bs = self.negotiated_max_prefill_bs(max_prefill_bs)
         allow = self._pass.negotiate_should_allow_prefill(
             local_prefillable, running_batch, max_prefill_bs, max_running_requests, waiting_queue_len
         )
@@ -293,4 +323,6 @@ class PrefillDelayerSinglePassExecutor(PassExecutor):
 
     def finalize(self, *, actual_prefill_bs: int) -> int:  # type: ignore[override]
         self._pass.finalize(actual_prefill=actual_prefill_bs > 0)
+        if self._own is not None:
+            self._own.observe(actual_prefill_bs)
         return actual_prefill_bs or self._attempted_prefill_bs

@@ -39,6 +39,16 @@ on the decode-heavy mix and on #32880 the delayer's waits are the whole distance
 as hardened does. The value is the simulator's (suite ``default``, 1M KV tokens per
 rank): a deployment with another KV pool or context mix should set it.
 
+Its slot trigger negotiates with SGLang 0.5.17's ``max_prefill_bs``, the largest batch
+admitted decayed ×0.998 a pass (``spec.trackers.DecayingMax``), not with the window of the
+last 16 attempts that 0.5.18 on passes (#34284): near saturation the window's value swings
+with every vetoed attempt's estimate (1-31 on Poisson at 100%), the decayed one holds the
+batch the rank really admits, and the slot trigger holds fewer passes for nothing
+(docs/simulation.md, the tracker). On 0.5.18 on the delayer keeps it itself, from the
+executor's ``finalize(actual_prefill_bs=)`` (``HostBinding.own_max_prefill_bs``), and
+negotiates with it in place of the call's ``max_prefill_bs``; on 0.5.17 the call's
+argument is that tracker already. The proofs hold for every ``max_prefill_bs``.
+
 Inputs: the arguments of SGLang's delayer call sites (``running_batch`` is already
 gathered; ``token_usage`` is the call site's own), run as the plugin and the
 simulator's SGLang path run SGLang's delayer, and one more, ``chunk_tokens_left``,
@@ -56,6 +66,7 @@ from ...config import is_int, is_real
 from ...fields import MAX_COUNT
 from ...policy import PROVED, Feature, Invariant, Param, Profile
 from ...table import NEGOTIATE, Transition, lits, resolve
+from ...trackers import DECAY
 from .. import sglang_delayer as base
 from ..sglang_delayer import bindings, properties, reference
 from ..sglang_delayer.table import CLEAR, CONSUME_SKIP, REASONS as BASE_REASONS, build_table as base_build_table
@@ -102,6 +113,10 @@ PROFILES = (
             "all pass beside a long chunk in flight allows at once (long_chunk)"),
 )
 _NAMES = tuple(p.name for p in PROFILES)
+
+# The max_prefill_bs the slot trigger negotiates with: SGLang 0.5.17's decaying high-watermark, kept by the delayer
+# itself from the executor's finalize(actual_prefill_bs=) (docs above), not 0.5.18+'s window of 16 attempts.
+OWN_MAX_PREFILL_BS = DECAY
 
 # The token-usage watermark below which aligned never delays, when SGLang's own option is unset: the load at which
 # a delay starts to pay, in KV usage (docs above; the simulator's suite default, 1M KV tokens per rank).
@@ -300,7 +315,8 @@ POLICY = replace(
                   sym_config=chunk.sym_config, config_domain=chunk.config_domain, scope_ranges=chunk.scope_ranges,
                   witness_row=chunk.witness_row, split_view=chunk.split_view, idle_row=chunk.idle_row,
                   layout_witness=chunk.layout_witness),
-    host=replace(bindings.HOST, reads=(chunk.CHUNK_FIELD,), debug_line=_debug_line, settings=_settings),
+    host=replace(bindings.HOST, reads=(chunk.CHUNK_FIELD,), debug_line=_debug_line, settings=_settings,
+                 own_max_prefill_bs=OWN_MAX_PREFILL_BS),
     sim=replace(bindings.SIM, inputs=chunk.sim_inputs, idle_inputs=chunk.sim_idle, params=chunk.sim_params,
                 colours={**bindings.SIM.colours, NO_DECODE: "#17becf", LONG_CHUNK: "#8c564b"}),
     symbols=base.POLICY.symbols + chunk.SYMBOLS,
