@@ -12,7 +12,7 @@ from ..spec.registry import known_profile, resolve_profile
 from .cost import SGLANG_35241, CostModel
 from .dispatch import HEALTH_DISPATCH, METHODS, ROUND_ROBIN, health_dispatch_for
 from .errors import SimInputError
-from .trackers import TRACKERS, WINDOW, release_for, tracker_for
+from .trackers import TRACKERS, WINDOW, own_tracker, release_for, tracker_for
 
 GATHERS = ("lockstep", "threads")
 # SGLang's --prefill-delayer-* settings (and --prefill-max-requests) the simulated scheduler passes its policy,
@@ -165,13 +165,13 @@ class Variant:
     name: str
     profile: Optional[str]  # None: no delayer at all (``off``)
     tracker: str
-    tracker_source: str  # "release" or "option"
+    tracker_source: str  # "release", "policy" (one it keeps itself, ``trackers.own_tracker``) or "option"
     health_dispatch: str = "separate"
     health_source: str = "release"
 
     @classmethod
     def of(cls, name: Any, tracker: Optional[str] = None, health_dispatch: Optional[str] = None) -> "Variant":
-        """``name`` may carry its own tracker as the label writes it, ``NAME+TRACKER`` (``aligned+decay``): one
+        """``name`` may carry its own tracker as the label writes it, ``NAME+TRACKER`` (``aligned+window``): one
         profile run with another tracker beside the others with their own (``tracker`` sets every profile's)."""
         if tracker is not None and tracker not in TRACKERS:
             raise SimInputError(f"unknown max_prefill_bs tracker {tracker!r}: expected one of {', '.join(TRACKERS)}")
@@ -193,7 +193,7 @@ class Variant:
         variant = cls(
             name, profile,
             tracker if tracker is not None else tracker_for(name) if name != OFF else WINDOW,
-            "option" if tracker is not None else "release",
+            "option" if tracker is not None else "policy" if name != OFF and own_tracker(name) else "release",
             health_dispatch if health_dispatch is not None else health_dispatch_for(release),
             "option" if health_dispatch is not None else "release",
         )
@@ -206,7 +206,7 @@ class Variant:
 
     @property
     def tracked_name(self) -> str:
-        """The name, with the tracker when it is not the release's own (``aligned+decay``): what ``--profile`` takes."""
+        """The name, with the tracker when it is not the release's own (``aligned+window``): what ``--profile`` takes."""
         return self.name if self.tracker == self.default_tracker() else f"{self.name}+{self.tracker}"
 
     @property

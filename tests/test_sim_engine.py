@@ -265,6 +265,7 @@ def test_a_profile_names_its_own_tracker_as_the_label_writes_it():
     # aligned's own is the decay its delayer keeps (HostBinding.own_max_prefill_bs): aligned+window is it fed
     # 0.5.23's window instead.
     assert Variant.of("aligned").tracker == tracker_for("aligned") == own_tracker("aligned") == DECAY
+    assert (Variant.of("aligned").tracker_source, Variant.of("hardened").tracker_source) == ("policy", "release")
     assert own_tracker("hardened") is None and own_tracker("off") is None
     v = Variant.of("aligned+window")
     assert (v.name, v.profile, v.tracker, v.tracker_source, v.tracked_name, v.label) == (
