@@ -346,3 +346,14 @@ def test_on_every_release_the_plugin_runs_it_on_it_negotiates_with_the_decaying_
         assert keeps_it or TRACKER_OF_RELEASE[release] == own, release
         assert keeps_it == (release != "0.5.17"), release
     assert runs == [f"0.5.{n}" for n in range(17, 24)]
+
+
+def test_the_plugin_says_where_aligneds_max_prefill_bs_comes_from_and_refuses_a_release_with_neither() -> None:
+    from prefill_delayer.integrations.sglang.plugin import PluginError, _max_prefill_bs
+
+    assert _max_prefill_bs("aligned", "0.5.23") == _max_prefill_bs("aligned", "0.5.18") == (
+        "max_prefill_bs: its own decay mark, from the executor's finalize(actual_prefill_bs=), in place of the scheduler's")
+    assert _max_prefill_bs("aligned", "0.5.17") == "max_prefill_bs: the scheduler's, decay in 0.5.17"
+    assert _max_prefill_bs("hardened", "0.5.23") == ""
+    with pytest.raises(PluginError, match="SGLang 0.5.16's scheduler tracks lifetime"):
+        _max_prefill_bs("aligned", "0.5.16")

@@ -166,6 +166,9 @@ def test_install_hooks_add_chunked_req_for_aligned_and_refuses_where_it_does_not
     assert out["refused"][1], "install replaced SGLang's class before it refused"
     assert out["seen"] == [["chunk_tokens_left", 744], "method", "method"] and out["profile"] == "aligned", out
     assert "PrefillAdder.add_chunked_req hooked: reads chunk_tokens_left" in done.stderr
+    # the installed SGLang is 0.5.23: its executor keeps aligned's own max_prefill_bs, and the line says so
+    assert ("; max_prefill_bs: its own decay mark, from the executor's finalize(actual_prefill_bs=), in place of the "
+            "scheduler's") in done.stderr
 
 
 def test_install_replaces_by_hand_and_refuses_a_bad_profile_without_replacing() -> None:

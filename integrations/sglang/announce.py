@@ -25,7 +25,8 @@ _announced = False
 _pending: Optional[str] = None
 
 
-def announce(release: str, profile: str, setting: str, how: str, guarded: bool = False, reads: tuple[tuple[str, str], ...] = ()) -> None:
+def announce(release: str, profile: str, setting: str, how: str, guarded: bool = False, reads: tuple[tuple[str, str], ...] = (),
+             max_prefill_bs: str = "") -> None:
     """Log the line now if logging would show it; else when the first delayer is built.
 
     A scheduler process loads plugins before it sets up logging, so a line
@@ -43,6 +44,7 @@ def announce(release: str, profile: str, setting: str, how: str, guarded: bool =
         + ("; Scheduler._should_defer_prefill hooked: a deferred pass takes part in the delayer's all-gather"
            if guarded else "")
         + "".join(f"; {where} hooked: reads {name}" for name, where in reads)
+        + (f"; {max_prefill_bs}" if max_prefill_bs else "")
     )
     flush_announcement(final=False)
 

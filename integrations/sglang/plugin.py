@@ -47,6 +47,7 @@ class Choice:
     profile: str  # canonical profile name
     release: str  # the installed SGLang release
     reads: tuple = ()  # the profile's readings of the scheduler in this release (``readings.Reading``)
+    max_prefill_bs: str = ""  # where the profile's max_prefill_bs comes from, when not the scheduler's argument as is
 
     def classes(self) -> tuple[type, type]:
         from .releases import classes_for
@@ -94,7 +95,28 @@ def resolve(setting: str) -> Choice:
         reads = readings.readings_for(tuple(f.name for f in policy_of(profile).host.reads), version)
     except ValueError as err:
         raise PluginError(f"profile {profile!r}: {err}") from None
-    return Choice(setting, profile, version, tuple(reads))
+    return Choice(setting, profile, version, tuple(reads), _max_prefill_bs(profile, version))
+
+
+def _max_prefill_bs(profile: str, release: str) -> str:
+    """How the profile's ``max_prefill_bs`` is had in ``release`` when it keeps its own tracker
+    (``HostBinding.own_max_prefill_bs``): by the executor (0.5.18 on, whose ``finalize`` is handed the batch), or as
+    the scheduler's argument where the release tracks it so already; ``PluginError`` where neither holds."""
+    from ...spec.registry import policy_of
+    from ...spec.trackers import TRACKER_OF_RELEASE
+    from .releases import API_CLASSES, API_OF_RELEASE
+    from .shell import PrefillDelayerSinglePassExecutor
+
+    host = policy_of(profile).host
+    own = host.own_max_prefill_bs if host is not None else None
+    if own is None:
+        return ""
+    if issubclass(API_CLASSES[API_OF_RELEASE[release]][1], PrefillDelayerSinglePassExecutor):
+        return f"max_prefill_bs: its own {own} mark, from the executor's finalize(actual_prefill_bs=), in place of the scheduler's"
+    if TRACKER_OF_RELEASE[release] == own:
+        return f"max_prefill_bs: the scheduler's, {own} in {release}"
+    raise PluginError(f"profile {profile!r} negotiates with a {own} max_prefill_bs: SGLang {release}'s scheduler tracks "
+                      f"{TRACKER_OF_RELEASE[release]}, and its executor's finalize is not handed the batch to keep one")
 
 
 def _readings(choice: Choice, scheduler_process: bool) -> tuple:
@@ -129,7 +151,7 @@ def register() -> None:
             HookRegistry.register(reading.target, reading.hook_for(choice.release), HookType.BEFORE)
     except Exception as err:  # noqa: BLE001 - any failure stops the process: never SGLang's delayer instead
         raise SystemExit(f"prefill-delayer: {PROFILE_ENV}={setting!r}: {err}") from err
-    announce(choice.release, choice.profile, choice.setting, "plugin", guarded, _shown(reads))
+    announce(choice.release, choice.profile, choice.setting, "plugin", guarded, _shown(reads), choice.max_prefill_bs)
 
 
 def _shown(reads: tuple) -> tuple[tuple[str, str], ...]:
@@ -169,5 +191,5 @@ def install(profile: str = INSTALLED) -> tuple[type, type]:
     for reading in reads:
         owner, method = readings.target_owner(reading), reading.target.rpartition(".")[2]
         setattr(owner, method, readings.wrap(getattr(owner, method), reading.hook_for(choice.release)))
-    announce(choice.release, choice.profile, choice.setting, "install", guarded, _shown(reads))
+    announce(choice.release, choice.profile, choice.setting, "install", guarded, _shown(reads), choice.max_prefill_bs)
     return new
