@@ -288,7 +288,8 @@ POLICY = replace(
     summary="hardened's delayer, whose mixed pass with no running decode batch on any rank is held at most "
     f"{guards.NO_DECODE_HOLD} passes, then allowed (ours, from SGLang #35241's persistent mixed loop), and which "
     f"allows at once below {LOW_LOAD_WATERMARK:g} KV token usage (low_load_watermark) unless SGLang's watermark is set, "
-    "and on an all pass beside a chunk in flight with a whole chunk left (long_chunk)",
+    "and on an all pass beside a chunk in flight with a whole chunk left (long_chunk); its slot trigger negotiates "
+    "with SGLang 0.5.17's decaying max_prefill_bs, which its delayer keeps itself on 0.5.18 on",
     source="ours: spec/policies/sglang_delayer's hardened profile and the features no-decode-fire and long-chunk-allow",
     config_cls=AlignedConfig,
     params=PARAMETERS,
@@ -325,7 +326,10 @@ POLICY = replace(
         "no_features": "none",
         "releases_intro": "Ours, in no release: `aligned` is `hardened` plus the features `no-decode-fire` and "
         "`long-chunk-allow`; it runs where `hardened` runs (the simulator's SGLang path, check-log, the plugin on "
-        "SGLang 0.5.17 and later, whose `PrefillAdder.add_chunked_req` negotiates with the chunk it reads).",
+        "SGLang 0.5.17 and later, whose `PrefillAdder.add_chunked_req` negotiates with the chunk it reads). It "
+        "negotiates with SGLang 0.5.17's decaying `max_prefill_bs` (`spec/trackers.py`): on 0.5.18 on its delayer "
+        "keeps that mark itself, from the executor's `finalize(actual_prefill_bs=)`, in place of the scheduler's "
+        "argument (`HostBinding.own_max_prefill_bs`).",
         "where": {
             "features": "spec/policies/aligned/__init__.py",
             "invariants": "spec/policies/aligned/__init__.py",
