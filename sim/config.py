@@ -193,7 +193,7 @@ class Variant:
         variant = cls(
             name, profile,
             tracker if tracker is not None else tracker_for(name) if name != OFF else WINDOW,
-            "option" if tracker is not None else "policy" if name != OFF and own_tracker(name) else "release",
+            "option" if tracker is not None else "policy" if own_tracker(name) else "release",
             health_dispatch if health_dispatch is not None else health_dispatch_for(release),
             "option" if health_dispatch is not None else "release",
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Optional
 
-from ..spec.registry import known_profile, policies, policy_of, resolve_profile
+from ..spec.registry import known_profile, own_max_prefill_bs, policies, policy_of, resolve_profile
 from ..spec.trackers import (DECAY, DECAY_PER_PASS, LIFETIME, TRACKER_OF_RELEASE as _TRACKER_OF_RELEASE,
                              TRACKER_RELEASES, TRACKERS, WINDOW, WINDOW_SIZE, DecayingMax)
 from .errors import SimInputError
@@ -44,12 +44,8 @@ def tracker_for(name: str) -> str:
     return own_tracker(name) or WINDOW
 
 
-def own_tracker(name: str) -> Optional[str]:
-    """The tracker a profile's policy keeps itself in place of the scheduler's argument (None: none, or ``off``)."""
-    if not known_profile(name):
-        return None
-    host = policy_of(resolve_profile(name)).host
-    return host.own_max_prefill_bs if host is not None else None
+# The tracker a profile's policy keeps itself in place of the scheduler's argument (None: none, or ``off``).
+own_tracker = own_max_prefill_bs
 
 
 class MaxPrefillBsTracker:

@@ -8,7 +8,7 @@ columns and of the docs.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Optional
 
 from .errors import ConfigError
 from .policy import Policy
@@ -96,6 +96,15 @@ def resolve_host_profile(name: Any) -> str:
 def policy_of(profile: Any) -> Policy:
     """The policy ``profile`` (a profile or release name; None: the default) belongs to."""
     return _by_profile()[resolve_profile(DEFAULT_PROFILE if profile is None else profile)]
+
+
+def own_max_prefill_bs(profile: Any) -> Optional[str]:
+    """The ``max_prefill_bs`` tracker ``profile``'s policy keeps itself in place of the scheduler's argument
+    (``HostBinding.own_max_prefill_bs``); None: it keeps none, has no host binding, or is no profile (``off``)."""
+    if not known_profile(profile):
+        return None
+    host = policy_of(profile).host
+    return host.own_max_prefill_bs if host is not None else None
 
 
 @functools.lru_cache(maxsize=None)

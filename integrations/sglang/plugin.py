@@ -102,15 +102,15 @@ def _max_prefill_bs(profile: str, release: str) -> str:
     """How the profile's ``max_prefill_bs`` is had in ``release`` when it keeps its own tracker
     (``HostBinding.own_max_prefill_bs``): by the executor (0.5.18 on, whose ``finalize`` is handed the batch), or as
     the scheduler's argument where the release tracks it so already; ``PluginError`` where neither holds."""
-    from ...spec.registry import policy_of
+    from ...spec.registry import own_max_prefill_bs
+
+    own = own_max_prefill_bs(profile)
+    if own is None:
+        return ""
     from ...spec.trackers import TRACKER_OF_RELEASE
     from .releases import API_CLASSES, API_OF_RELEASE
     from .shell import PrefillDelayerSinglePassExecutor
 
-    host = policy_of(profile).host
-    own = host.own_max_prefill_bs if host is not None else None
-    if own is None:
-        return ""
     if issubclass(API_CLASSES[API_OF_RELEASE[release]][1], PrefillDelayerSinglePassExecutor):
         return f"max_prefill_bs: its own {own} mark, from the executor's finalize(actual_prefill_bs=), in place of the scheduler's"
     if TRACKER_OF_RELEASE[release] == own:

@@ -26,6 +26,7 @@ from ...runtime.delayer import PrefillDelayerSinglePassExecutor as CoreExecutor
 from ...runtime.gather import GatherFn
 from ...spec.errors import ConfigError, PassInputError
 from ...spec.inputs import checks_of
+from ...spec.registry import own_max_prefill_bs as own_max_prefill_bs_of
 from ...spec.registry import policy_of
 from ...spec.trackers import DECAY, DecayingMax
 from .announce import flush_announcement
@@ -44,8 +45,7 @@ def nccl_env() -> bool:
 def own_max_prefill_bs(profile: str) -> Optional[DecayingMax]:
     """The ``max_prefill_bs`` tracker the profile's delayer keeps itself (``HostBinding.own_max_prefill_bs``), fresh;
     None: it negotiates with the scheduler's argument."""
-    host = policy_of(profile).host
-    kind = host.own_max_prefill_bs if host is not None else None
+    kind = own_max_prefill_bs_of(profile)
     if kind is None:
         return None
     if kind != DECAY:
