@@ -63,7 +63,9 @@ from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from ...config import is_int, is_real
+from ...errors import ConfigError
 from ...fields import MAX_COUNT
+from ...monitors import PassRule
 from ...policy import PROVED, Feature, Invariant, Param, Profile
 from ...table import NEGOTIATE, Transition, lits, resolve
 from ...trackers import DECAY
@@ -71,10 +73,11 @@ from .. import sglang_delayer as base
 from ..sglang_delayer import bindings, properties, reference
 from ..sglang_delayer.table import CLEAR, CONSUME_SKIP, REASONS as BASE_REASONS, build_table as base_build_table
 from ..sglang_delayer.variables import RELEASED
-from . import chunk, guards
+from . import busy, chunk, guards
 
 NAME = "aligned"
 NO_DECODE_FIRE = "no-decode-fire"
+BUSY_HOLD = "busy-hold"
 NO_DECODE = "no_decode"
 LONG_CHUNK_ALLOW = "long-chunk-allow"
 LONG_CHUNK = "long_chunk"
@@ -107,10 +110,26 @@ CHUNK_FEATURE = Feature(
     shows_in=("all_delay", "all_timeout", "all_chunk"),
     invariant="",
 )
+BUSY_FEATURE = Feature(
+    BUSY_HOLD,
+    "a low rank beside a busy one",
+    before="a pass allows with token_watermark whenever some counted rank can prefill with its KV usage below the "
+    "watermark, whatever the others' usage",
+    after="while the watermark is aligned's own low_load_watermark (SGLang's unset), a pass on which some counted rank's "
+    "KV usage is at or above busy_watermark forces nothing: it decides as though no rank were below the watermark",
+    why="a rank below the low-load watermark beside half-full ones has drained, the group is not at low load, and its "
+    "forced pass is an unaligned prefill (the suite's long-short mix at seed 1: TTFT p99 11.0 s -> 6.38 s in the "
+    "simulator; no workload below the watermark's load moved)",
+    upstream=(),
+    since=None,
+    shows_in=("exists_force",),
+    invariant="force-allow",
+)
 PROFILES = (
-    Profile(NAME, base.POLICY.features_of("hardened") | {NO_DECODE_FIRE, LONG_CHUNK_ALLOW}, (),
+    Profile(NAME, base.POLICY.features_of("hardened") | {NO_DECODE_FIRE, LONG_CHUNK_ALLOW, BUSY_HOLD}, (),
             "hardened's delayer; a mixed pass with no running decode batch anywhere allows at once (no_decode); an "
-            "all pass beside a long chunk in flight allows at once (long_chunk)"),
+            "all pass beside a long chunk in flight allows at once (long_chunk); its own low-load watermark forces "
+            "nothing while some rank is busy"),
 )
 _NAMES = tuple(p.name for p in PROFILES)
 
@@ -130,6 +149,10 @@ PARAMETERS = tuple(
     Param("low_load_watermark", LOW_LOAD_WATERMARK,
           "None (off) or a finite number in [0, 1]: the force-allow watermark while token_usage_low_watermark is unset",
           lambda v: v is None or (is_real(v) and math.isfinite(v) and 0.0 <= v <= 1.0)),
+    Param("busy_watermark", busy.BUSY_WATERMARK,
+          "None (off) or a finite number in (low_load_watermark, 1]: the KV token usage at which a rank is busy; while "
+          "some counted rank is, low_load_watermark forces no pass",
+          lambda v: v is None or (is_real(v) and math.isfinite(v) and 0.0 < v <= 1.0)),
     Param("long_chunk_tokens", chunk.LONG_CHUNK_TOKENS,
           f"None or an integer <= {MAX_COUNT}: the prompt tokens left of a chunk in flight at which an all pass allows "
           "at once; None, 0 or below (SGLang's --chunked-prefill-size -1: no chunking) turn the rule off",
@@ -144,6 +167,7 @@ class AlignedConfig(base.DelayerConfig):
 
     profile: str = NAME
     low_load_watermark: Optional[float] = LOW_LOAD_WATERMARK
+    busy_watermark: Optional[float] = busy.BUSY_WATERMARK
     long_chunk_tokens: Optional[int] = chunk.LONG_CHUNK_TOKENS
 
     policy_name = NAME
@@ -152,8 +176,24 @@ class AlignedConfig(base.DelayerConfig):
         super().__post_init__()
         if self.low_load_watermark is not None:
             object.__setattr__(self, "low_load_watermark", float(self.low_load_watermark))
+        if self.busy_watermark is not None:
+            object.__setattr__(self, "busy_watermark", float(self.busy_watermark))
+            if self.low_load_watermark is not None and self.busy_watermark <= self.low_load_watermark:
+                raise ConfigError(f"busy_watermark={self.busy_watermark:g} must be above low_load_watermark="
+                                  f"{self.low_load_watermark:g} (a rank below the watermark is never a busy one), or "
+                                  "None to turn the busy rule off")
         if self.long_chunk_tokens is not None and self.long_chunk_tokens < 1:  # SGLang's "no chunking": no chunk
             object.__setattr__(self, "long_chunk_tokens", None)
+
+    @property
+    def busy_on(self) -> bool:
+        """The busy rule is read: a busy watermark, beside aligned's own low-load watermark (SGLang's unset)."""
+        return self.busy_watermark is not None and self.token_usage_low_watermark is None and self.low_load_watermark is not None
+
+    @property
+    def busy_min(self) -> float:
+        """The usage the row compares with (any value while the rule is off: the bit is then 0)."""
+        return 1.0 if self.busy_watermark is None else self.busy_watermark
 
     @property
     def long_chunk_on(self) -> bool:
@@ -210,7 +250,9 @@ def build_table(profile: str) -> Any:
 
 def reference_pass(o: Any, c: Any, st: Any, v: Any, now: Any, inp: Any) -> tuple[dict, tuple]:
     """``hardened``'s reference, overridden where a mixed pass without force has no running batch anywhere, and
-    where an ``all`` pass without force that hardened holds (or times out) has a long chunk in flight."""
+    where an ``all`` pass without force that hardened holds (or times out) has a long chunk in flight; a busy rank
+    (aligned's own watermark in force) counts no forcing rank."""
+    v = v._replace(num_force=o.If(o.And(c.busy_on, v.num_busy > 0), 0, v.num_force))
     outputs, nxt = reference.reference_pass(o, c, st, v, now, inp)
     waiting = st.control == "delaying"
     held = o.If(waiting, st.delayed_count, 0)
@@ -241,8 +283,22 @@ def _as_hardened(inv: Invariant) -> Invariant:
     return replace(inv, expected={NAME: inv.expected["hardened"]})
 
 
+FORCE_ALLOW = PassRule(
+    "force-allow",
+    premise=lambda o, c, v, d: o.And(v.num_force > 0, o.Not(busy.busy_hold(o, c, v))),
+    claim=properties.FORCE_ALLOW.claim,
+    explain=lambda v, d: f"{v.num_force} counted rank(s) are prefillable below the token watermark and no counted rank "
+    f"is busy, yet the pass decides allow={d.output_allow} reason={d.output_reason!r}",
+)
+
+
 def _for_aligned(inv: Invariant) -> Invariant:
-    """hardened's verdict, but for the stall bound, which is what the must-fire adds (proved here, refuted there)."""
+    """hardened's verdict, but for the stall bound, which is what the must-fire adds (proved here, refuted there), and
+    the force-allow, whose premise leaves out a pass with a busy rank while the watermark is aligned's own."""
+    if inv.id == "force-allow":
+        return replace(inv, statement="if any counted rank is prefillable with token usage below W, and (W being "
+                       "aligned's own low_load_watermark) no counted rank's usage is at or above busy_watermark, the "
+                       "pass allows with token_watermark", expected={NAME: PROVED}, check=FORCE_ALLOW)
     if inv.id == "no-decode-hold":
         return replace(inv, expected={NAME: PROVED}, note="the must-fire: a mixed pass with no running batch "
                        f"anywhere is held at most {guards.NO_DECODE_HOLD} passes, then allowed")
@@ -263,7 +319,8 @@ def _debug_line(output: Any, actual_execution: bool) -> Any:
 
 
 def _settings(c: Any) -> str:
-    return bindings.HOST.settings(c) + f" low_load_watermark={c.low_load_watermark} long_chunk_tokens={c.long_chunk_tokens}"
+    return (bindings.HOST.settings(c) + f" low_load_watermark={c.low_load_watermark} busy_watermark={c.busy_watermark} "
+            f"long_chunk_tokens={c.long_chunk_tokens}")
 
 
 B = base.POLICY.proof
@@ -271,14 +328,14 @@ B = base.POLICY.proof
 
 def bmc_config(o: Any, c: Any) -> tuple[list, Any]:
     """The delayer's counterexample configuration, with ``low_load_watermark`` off: the counterexample's watermark is
-    SGLang's option alone (``token_usage_low_watermark``), so replaying an unset one must not bring ours in; and a
-    small ``long_chunk_tokens``, so a trace's chunks read at a glance."""
+    SGLang's option alone (``token_usage_low_watermark``), so replaying an unset one must not bring ours in (nor the
+    busy rule, which reads only beside ours); and a small ``long_chunk_tokens``, so a trace's chunks read at a glance."""
     assertions, trace_config = B.bmc_config(o, c)
 
     def aligned_trace_config(val: Any, ranks: int) -> dict:
         return {**trace_config(val, ranks), "low_load_watermark": None, "long_chunk_tokens": val(c.long_chunk_min) if val(c.long_chunk_on) else None}
 
-    return [*assertions, c.long_chunk_min <= 1000], aligned_trace_config
+    return [*assertions, c.long_chunk_min <= 1000, o.Not(c.busy_on)], aligned_trace_config
 
 
 POLICY = replace(
@@ -294,14 +351,14 @@ POLICY = replace(
     config_cls=AlignedConfig,
     params=PARAMETERS,
     profiles=PROFILES,
-    features=base.POLICY.features + (FEATURE, CHUNK_FEATURE),
+    features=base.POLICY.features + (FEATURE, CHUNK_FEATURE, BUSY_FEATURE),
     inputs=chunk.INPUTS,
     input_cls=chunk.PassInput,
-    row=chunk.ROW,
-    local_row=chunk.local_row,
-    view=chunk.VIEW,
-    view_cls=chunk.View,
-    view_domain=chunk.view_domain,
+    row=busy.ROW,
+    local_row=busy.local_row,
+    view=busy.VIEW,
+    view_cls=busy.View,
+    view_domain=busy.view_domain,
     default_profile=NAME,
     release_aliases={},
     guards=guards,
@@ -312,15 +369,15 @@ POLICY = replace(
     invariants=INVARIANTS,
     trace=chunk.TRACE,
     log=replace(chunk.LOG, reason_order=bindings.LOG.reason_order[:-1] + (NO_DECODE, LONG_CHUNK, "")),
-    proof=replace(B, reference=reference_pass, reference_row=chunk.reference_row, bmc_config=bmc_config,
-                  sym_config=chunk.sym_config, config_domain=chunk.config_domain, scope_ranges=chunk.scope_ranges,
-                  witness_row=chunk.witness_row, split_view=chunk.split_view, idle_row=chunk.idle_row,
-                  layout_witness=chunk.layout_witness),
+    proof=replace(B, reference=reference_pass, reference_row=busy.reference_row, bmc_config=bmc_config,
+                  sym_config=busy.sym_config, config_domain=busy.config_domain, scope_ranges=busy.scope_ranges,
+                  witness_row=busy.witness_row, split_view=busy.split_view, idle_row=busy.idle_row,
+                  layout_witness=busy.layout_witness),
     host=replace(bindings.HOST, reads=(chunk.CHUNK_FIELD,), debug_line=_debug_line, settings=_settings,
                  own_max_prefill_bs=OWN_MAX_PREFILL_BS),
     sim=replace(bindings.SIM, inputs=chunk.sim_inputs, idle_inputs=chunk.sim_idle, params=chunk.sim_params,
                 colours={**bindings.SIM.colours, NO_DECODE: "#17becf", LONG_CHUNK: "#8c564b"}),
-    symbols=base.POLICY.symbols + chunk.SYMBOLS,
+    symbols=base.POLICY.symbols + busy.SYMBOLS,
     extras={"docs": {
         "engine": "SGLang",
         "no_features": "none",

@@ -13,12 +13,15 @@ from typing import Any
 
 from ..sglang_delayer import guards as _delayer
 from ..sglang_delayer.properties import NO_DECODE_HOLD
+from .busy import busy_hold
 
-_DELAYER_GUARDS = (
+_GUARD_ORDER = (
     "local_force", "wait_expired", "status_none", "status_all", "status_mixed", "exists_force", "below_cap",
     "effective_max_running_requests", "slot_trigger", "queue_capacity", "queue_min", "queue_timed_out", "queue_trigger",
     "skip_consumed", "delay_wanted",
 )
+_OWN = ("exists_force",)  # the delayer's guards aligned writes anew (below), around the delayer's own
+_DELAYER_GUARDS = tuple(name for name in _GUARD_ORDER if name not in _OWN)
 
 
 def __getattr__(name: str) -> Any:
@@ -34,6 +37,12 @@ def __getattr__(name: str) -> Any:
 # refutes.
 
 
+def exists_force(o: Any, c: Any, v: Any, s: Any) -> Any:
+    """Some counted rank is prefillable below the watermark, and, while that watermark is aligned's own, no counted
+    rank is busy (``busy``: a low rank beside a half-full one is a drained rank, not a group at low load)."""
+    return o.And(_delayer.exists_force(o, c, v, s), o.Not(busy_hold(o, c, v)))
+
+
 def wait_hidden(o: Any, c: Any, v: Any, s: Any) -> Any:
     """Another delay is worth it: some counted rank runs a decode batch that overlaps it, or the wait is still
     shorter than NO_DECODE_HOLD passes (a short hold lets ranks whose chunks end a few passes apart line up)."""
@@ -46,8 +55,8 @@ def long_chunk(o: Any, c: Any, v: Any, s: Any) -> Any:
     return v.num_long_chunk > 0
 
 
-GUARD_NAMES = _DELAYER_GUARDS + ("wait_hidden", "long_chunk")
+GUARD_NAMES = _GUARD_ORDER + ("wait_hidden", "long_chunk")
 TABLE_GUARDS = ("status_none", "status_all", "status_mixed", "exists_force", "below_cap", "delay_wanted", "wait_hidden",
                 "long_chunk")
 
-__all__ = ["GUARD_NAMES", "NO_DECODE_HOLD", "TABLE_GUARDS", "long_chunk", "wait_hidden"]
+__all__ = ["GUARD_NAMES", "NO_DECODE_HOLD", "TABLE_GUARDS", "exists_force", "long_chunk", "wait_hidden"]
