@@ -156,6 +156,10 @@ def test_the_plugin_path_builds_it_with_sglangs_constructor_arguments() -> None:
     assert c.long_chunk_tokens == 4096 and c.long_chunk_on
     off = host_config("aligned", SimpleNamespace(**{**vars(args), "chunked_prefill_size": -1}), 2, 1, 1, 30, None)
     assert off.long_chunk_tokens is None and not off.long_chunk_on
+    # the busy rule reads beside aligned's own low-load watermark, which SGLang's option, when set, replaces
+    assert c.busy_watermark == aligned.busy.BUSY_WATERMARK and c.busy_on
+    sglangs = host_config("aligned", args, 2, 1, 1, 30, 0.3)
+    assert sglangs.watermark == 0.3 and not sglangs.busy_on
 
 
 @pytest.fixture(scope="module")

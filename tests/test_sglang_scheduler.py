@@ -534,7 +534,7 @@ def test_aligned_reads_the_schedulers_running_batch_and_cuts_the_hold_only_where
     # the plugin and checked here against what the scheduler held, pass by pass (chunk_tokens_left, below).
     assert [f.name for f in aligned.host.reads] == ["chunk_tokens_left"]
     extra = [f for f in aligned.row_names if f not in hardened.row_names]
-    assert extra == ["long_chunk"], extra
+    assert extra == ["long_chunk", "busy"], extra
     assert NO_DECODE_HOLD < CAP - 1
     records, folder = cpu_runs["aligned"]
     for out in records:
@@ -555,6 +555,8 @@ def test_aligned_reads_the_schedulers_running_batch_and_cuts_the_hold_only_where
             # reading is the scheduler's chunk, and the row's bit says whether it has a whole chunk (256) left.
             assert x["chunk_tokens_left"] == s["chunk_left"], (rank, s, x)
             assert row["long_chunk"] == int(s["chunked"] and s["chunk_left"] >= CPU_RANK["chunked_prefill_size"])
+            # The busy bit is read only beside aligned's own low-load watermark: SGLang's option is set here.
+            assert row["busy"] == 0, (rank, s, row)
     # The chunked prompt on rank 1: its chunk passes read 744, 488 and 232 tokens left; the first two are long chunks.
     chunk_passes = [(x["chunk_tokens_left"], dict(zip(fields, x["row"]))["long_chunk"]) for x in logged[1][CHUNKED:]]
     assert chunk_passes[:4] == [(744, 1), (488, 1), (232, 0), (0, 0)], (chunk_passes, records[1][CHUNKED - 1:CHUNKED + 6])
