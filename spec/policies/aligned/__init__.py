@@ -27,8 +27,8 @@ watermark of hardened's force-allow whenever SGLang's
 ``--prefill-delayer-token-usage-low-watermark`` is unset (that option, when set,
 replaces it; ``low_load_watermark=None`` turns it off). A pass on which some counted
 rank can prefill with its KV token usage below it allows at once
-(``token_watermark``), exactly the row and the proved ``force-allow`` of hardened:
-no guard, row or input changes, the proofs cover every watermark. KV usage is the
+(``token_watermark``), the row and the proved ``force-allow`` of hardened (less the
+passes with a busy rank, below); the proofs cover every watermark. KV usage is the
 load signal the delayer already reads: it is the running requests weighted by
 their context, so it is low when decode slots are free or the prompts are short,
 which is where a lone rank's prefill pass costs about the decode floor and a delay
@@ -37,7 +37,11 @@ on the decode-heavy mix and on #32880 the delayer's waits are the whole distance
 ``off``). Above it the ranks' unaligned prefill passes are what saturates a DP group
 (Poisson at 80%: ``off``'s TTFT p99 6.4 s against 0.86 s held), and the policy holds
 as hardened does. The value is the simulator's (suite ``default``, 1M KV tokens per
-rank): a deployment with another KV pool or context mix should set it.
+rank): a deployment with another KV pool or context mix should set it. The feature
+``busy-hold`` (``busy``): while that watermark is aligned's own, it forces no pass on
+which some counted rank's KV usage is at or above ``busy_watermark`` (0.5): a low rank
+beside a half-full one has drained, the group is not at low load (the long-short mix:
+TTFT p99 11.0 s -> 7.0 s at seed 1, and 20.8 -> 12.3 s at seed 0 over 1,440 s).
 
 Its slot trigger negotiates with SGLang 0.5.17's ``max_prefill_bs``, the largest batch
 admitted decayed ×0.998 a pass (``spec.trackers.DecayingMax``), not with the window of the
@@ -344,10 +348,12 @@ POLICY = replace(
     title="aligned: the hardened delayer with a must-fire when no decode hides the wait, and no hold beside a long chunk",
     summary="hardened's delayer, whose mixed pass with no running decode batch on any rank is held at most "
     f"{guards.NO_DECODE_HOLD} passes, then allowed (ours, from SGLang #35241's persistent mixed loop), and which "
-    f"allows at once below {LOW_LOAD_WATERMARK:g} KV token usage (low_load_watermark) unless SGLang's watermark is set, "
+    f"allows at once below {LOW_LOAD_WATERMARK:g} KV token usage (low_load_watermark) unless SGLang's watermark is set "
+    f"or some rank is at {busy.BUSY_WATERMARK:g} or above (busy_watermark), "
     "and on an all pass beside a chunk in flight with a whole chunk left (long_chunk); its slot trigger negotiates "
     "with SGLang 0.5.17's decaying max_prefill_bs, which its delayer keeps itself on 0.5.18 on",
-    source="ours: spec/policies/sglang_delayer's hardened profile and the features no-decode-fire and long-chunk-allow",
+    source="ours: spec/policies/sglang_delayer's hardened profile and the features no-decode-fire, long-chunk-allow and "
+    "busy-hold",
     config_cls=AlignedConfig,
     params=PARAMETERS,
     profiles=PROFILES,
@@ -381,8 +387,8 @@ POLICY = replace(
     extras={"docs": {
         "engine": "SGLang",
         "no_features": "none",
-        "releases_intro": "Ours, in no release: `aligned` is `hardened` plus the features `no-decode-fire` and "
-        "`long-chunk-allow`; it runs where `hardened` runs (the simulator's SGLang path, check-log, the plugin on "
+        "releases_intro": "Ours, in no release: `aligned` is `hardened` plus the features `no-decode-fire`, "
+        "`long-chunk-allow` and `busy-hold`; it runs where `hardened` runs (the simulator's SGLang path, check-log, the plugin on "
         "SGLang 0.5.17 and later, whose `PrefillAdder.add_chunked_req` negotiates with the chunk it reads). It "
         "negotiates with SGLang 0.5.17's decaying `max_prefill_bs` (`spec/trackers.py`): on 0.5.18 on its delayer "
         "keeps that mark itself, from the executor's `finalize(actual_prefill_bs=)`, in place of the scheduler's "
@@ -390,7 +396,7 @@ POLICY = replace(
         "where": {
             "features": "spec/policies/aligned/__init__.py",
             "invariants": "spec/policies/aligned/__init__.py",
-            "scope": "spec/policies/sglang_delayer/scope.py and spec/policies/aligned/chunk.py",
+            "scope": "spec/policies/sglang_delayer/scope.py, spec/policies/aligned/chunk.py and spec/policies/aligned/busy.py",
             "parameters": "spec/policies/sglang_delayer/config.py and spec/policies/aligned/__init__.py",
         },
     }},

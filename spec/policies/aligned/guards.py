@@ -1,4 +1,5 @@
-"""The aligned policy's guards: the delayer's, and two more that ask whether a delay is still worth it.
+"""The aligned policy's guards: the delayer's, two more that ask whether a delay is still worth it, and the
+delayer's force guard, which a busy rank holds back while the watermark is aligned's own (``busy``).
 
 A delayed mixed pass costs little while the ranks that cannot prefill run a
 decode batch: the wait overlaps useful work. When no counted rank has a running
