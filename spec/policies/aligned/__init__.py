@@ -122,7 +122,7 @@ BUSY_FEATURE = Feature(
     after="while the watermark is aligned's own low_load_watermark (SGLang's unset), a pass on which some counted rank's "
     "KV usage is at or above busy_watermark forces nothing: it decides as though no rank were below the watermark",
     why="a rank below the low-load watermark beside half-full ones has drained, the group is not at low load, and its "
-    "forced pass is an unaligned prefill (the suite's long-short mix at seed 1: TTFT p99 11.0 s -> 6.38 s in the "
+    "forced pass is an unaligned prefill (the suite's long-short mix at seed 1: TTFT p99 11.0 s -> 6.98 s in the "
     "simulator; no workload below the watermark's load moved)",
     upstream=(),
     since=None,
