@@ -473,24 +473,27 @@ _CPU_SCHEDULER_PROCESS = """
 """
 
 
-def cpu_plan() -> list[list[list[Any]]]:
+def cpu_plan(arrivals: dict[int, tuple[list[Any], list[Any]]] = ARRIVALS,
+             passes: int = CPU_PLAN_PASSES) -> list[list[list[Any]]]:
     """Per pass and rank, the requests that arrive: an output length (a PROMPT-token prompt) or [prompt, output]."""
-    plan: list[list[list[Any]]] = [[[] for _ in range(WORLD)] for _ in range(CPU_PLAN_PASSES)]
-    for first, per_rank in ARRIVALS.items():
+    plan: list[list[list[Any]]] = [[[] for _ in range(WORLD)] for _ in range(passes)]
+    for first, per_rank in arrivals.items():
         plan[first - 1] = [list(x) for x in per_rank]
     return plan
 
 
-def _cpu_scheduler_processes(setting: str, tmp: Path) -> tuple[list[list[dict[str, Any]]], Path]:
+def _cpu_scheduler_processes(setting: str, tmp: Path, rank_settings: dict[str, Any] = CPU_RANK,
+                             schedule: dict[str, Any] = CPU_SCHEDULE, plan: Optional[list[list[list[Any]]]] = None,
+                             tag: str = "") -> tuple[list[list[dict[str, Any]]], Path]:
     """The plan on two CPU schedulers under ``PREFILL_DELAYER_PROFILE=setting``, logging: per rank the JSON lines the
     process printed (its delayer, then a record per pass), and the decision log folder."""
     from prefill_delayer.runtime.decision_log import DECISION_LOG_ENV
 
-    script = _CPU_SCHEDULER_PROCESS.format(no_scheduler=NO_SCHEDULER, world=WORLD, rank_settings=CPU_RANK,
-                                           schedule=CPU_SCHEDULE, prompt=PROMPT)
-    folder = tmp / f"log-{setting}"
-    runs = _run_schedulers(script, setting, tmp, "cpu", lambda rank: {
-        "PLAN": json.dumps(cpu_plan()), DECISION_LOG_ENV: str(folder)})
+    script = _CPU_SCHEDULER_PROCESS.format(no_scheduler=NO_SCHEDULER, world=WORLD, rank_settings=rank_settings,
+                                           schedule=schedule, prompt=PROMPT)
+    folder = tmp / f"log-{setting}{tag}"
+    runs = _run_schedulers(script, setting, tmp, "cpu" + tag, lambda rank: {
+        "PLAN": json.dumps(cpu_plan() if plan is None else plan), DECISION_LOG_ENV: str(folder)})
     failed = [(rank, done) for rank, done in enumerate(runs) if done.returncode != 0]
     # every failed rank's end: the first to fail is often not rank 0, whose peer's going only shows in its gather
     assert not failed, "\n".join(f"rank {rank}, rc {done.returncode}: ...{done.stderr[-2500:]}" for rank, done in failed)
@@ -504,10 +507,52 @@ def cpu_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[list[l
     return {profile: _cpu_scheduler_processes(profile, tmp) for profile in ("aligned", "hardened")}
 
 
+# The busy rule inside SGLang's scheduler: SGLang's watermark unset, so aligned's own low-load watermark (0.28) and
+# its busy rule (busy_watermark 0.5) are in force. Rank 1's KV pool (3,072 tokens) is over half full once its
+# 1,700-token prompt is in (chunked 256 a pass); then a short request arrives on rank 0, whose usage is near 0.
+BUSY_RANK = {**CPU_RANK, "max_total_tokens": 3072}
+BUSY_SCHEDULE = {**CPU_SCHEDULE, "prefill_delayer_token_usage_low_watermark": None}
+BUSY_LOW, BUSY_PASSES = 15, 28
+BUSY_ARRIVALS = {1: ([], [[1700, 300]]), BUSY_LOW: ([SHORT], [])}
+
+
+@pytest.fixture(scope="module")
+def busy_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[list[dict[str, Any]]], Path]:
+    return _cpu_scheduler_processes("aligned", tmp_path_factory.mktemp("busy"), BUSY_RANK, BUSY_SCHEDULE,
+                                    cpu_plan(BUSY_ARRIVALS, BUSY_PASSES), tag="-busy")
+
+
 def _logged(folder: Path) -> list[list[dict[str, Any]]]:
     from decision_log_harness import pass_dicts
 
     return [pass_dicts(folder / f"rank{rank}.jsonl") for rank in range(WORLD)]
+
+
+def test_in_sglangs_scheduler_a_low_rank_beside_a_busy_one_forces_nothing(
+        busy_run: tuple[list[list[dict[str, Any]]], Path]) -> None:
+    """SGLang's own scheduler feeds aligned's busy bit from the token usage its executor is built with, on every rank,
+    one that reached no call site included: once rank 1 holds over half its KV pool, rank 0's short request (its usage
+    near 0, below the low-load watermark) forces nothing, and the mixed wait runs to the no-decode hold instead of
+    allowing with token_watermark, as it would without the rule."""
+    from prefill_delayer.spec.policies.aligned import busy
+    from prefill_delayer.spec.policies.aligned.guards import NO_DECODE_HOLD
+    from prefill_delayer.spec.registry import policy_of
+
+    records, folder = busy_run
+    logged = _logged(folder)
+    fields = policy_of("aligned").row_names
+    for rank in range(WORLD):
+        assert [x["pass"] for x in logged[rank]] == list(range(1, BUSY_PASSES + 1))
+        for x in logged[rank]:
+            row = dict(zip(fields, x["row"]))
+            assert row["busy"] == int(x["token_usage"] >= busy.BUSY_WATERMARK), (rank, x)
+    rows = [[dict(zip(fields, x["row"])) for x in logged[rank]] for rank in range(WORLD)]
+    # while rank 1 prefilled below the watermark its own usage forced its passes; later it is busy, and decodes on
+    assert "token_watermark" in _reasons(logged[1], 1, BUSY_LOW - 1)
+    assert rows[1][BUSY_LOW - 1]["busy"] == 1 and not rows[1][BUSY_LOW - 1]["prefillable"]
+    assert rows[0][BUSY_LOW - 1]["force"] == 1, rows[0][BUSY_LOW - 1]
+    assert _reasons(logged[0], BUSY_LOW, BUSY_LOW + NO_DECODE_HOLD) == ["delay"] * NO_DECODE_HOLD + ["no_decode"]
+    assert records[0][BUSY_LOW + NO_DECODE_HOLD]["extend"]  # the pass that allows prefills rank 0's request
 
 
 def _verdict(x: dict[str, Any]) -> tuple:
