@@ -94,29 +94,25 @@ def scope_ranges(fams: Any) -> str:
     return chunk.scope_ranges(fams) + ", busy_watermark off or any in (low_load_watermark, 1]"
 
 
-def _with_usage(inp: Any, tu: Any) -> Any:
-    return inp._replace(token_usage=tu)
+def _witness_busy(o: Any, v: Any) -> Any:
+    """Whether the row ``witness_row`` adds (and ``split_view`` takes away) is busy: a forcing one never is; a
+    non-forcing one is when the rest of the view cannot hold every busy row, its non-forcing rows numbering
+    ``v.n - 1 - num_force``."""
+    return o.And(o.Not(v.num_force >= 1), v.num_busy > v.n - 1 - v.num_force)
 
 
 def witness_row(o: Any, c: Any, v: Any) -> tuple[Any, Any]:
-    """``chunk``'s witness, busy when the rest of the view cannot hold every busy row: the non-forcing rows left
-    after it (``split_view``) number ``v.n - 1 - num_force``, so a non-forcing witness is busy iff num_busy exceeds
-    that (a forcing one never is)."""
+    """``chunk``'s witness, at ``busy_watermark`` usage when it is the busy row (``_witness_busy``)."""
     inp, local = chunk.witness_row(o, c, v)
-    forcing = v.num_force >= 1
-    rest_free = v.n - 1 - v.num_force
-    busy = o.And(o.Not(forcing), v.num_busy > rest_free)
-    return _with_usage(inp, o.If(busy, c.busy_min, inp.token_usage)), local
+    return inp._replace(token_usage=o.If(_witness_busy(o, v), c.busy_min, inp.token_usage)), local
 
 
 def split_view(o: Any, v: Any) -> Any:
     less = chunk.split_view(o, v)
-    busy = o.And(v.num_force < 1, v.num_busy > v.n - 1 - v.num_force)
-    return less._replace(num_busy=v.num_busy - o.If(busy, 1, 0))
+    return less._replace(num_busy=v.num_busy - o.If(_witness_busy(o, v), 1, 0))
 
 
-def idle_row(o: Any) -> tuple[Any, Any]:
-    return chunk.idle_row(o)
+idle_row = chunk.idle_row  # its usage, 0, is below every busy_watermark (> 0): the bit is 0
 
 
 def layout_witness(o: Any, c: Any, v: Any, group: int, counted: bool, groups: int) -> tuple[Any, Any]:
@@ -124,7 +120,7 @@ def layout_witness(o: Any, c: Any, v: Any, group: int, counted: bool, groups: in
     forcing: num_busy <= n - num_force)."""
     inp, local = chunk.layout_witness(o, c, v, group, counted, groups)
     busy = o.And(o.BoolVal(counted and group < groups), group >= v.n - v.num_busy)
-    return _with_usage(inp, o.If(busy, c.busy_min, inp.token_usage)), local
+    return inp._replace(token_usage=o.If(busy, c.busy_min, inp.token_usage)), local
 
 
 def reference_row(o: Any, c: Any, inp: Any, s: Any) -> list:
