@@ -80,6 +80,11 @@ WORKLOADS: dict[str, Case] = {
     "aligned": Case(SimConfig(**_SMALL), Poisson(rate=12.0, prompt=Lengths(500, 4000), output=Lengths(20, 200)), "aligned",
                     "aligned over saturation: the max_prefill_bs its delayer keeps (decay) against the model's decay "
                     "tracker, and the chunk it reads"),
+    "aligned-busy": Case(SimConfig(**_SMALL),
+                         Mix((Poisson(rate=8.0, prompt=Lengths(200, 1000), output=Lengths(50, 300)),
+                              Poisson(rate=0.4, prompt=Lengths(16000, 48000), output=Lengths(50, 300)))), "aligned",
+                         "aligned on long prompts among short ones: a rank at half its KV pool holds another's "
+                         "low-load force (the busy rule)"),
     "off": Case(SimConfig(**_SMALL), Poisson(rate=6.0, prompt=Lengths(500, 4000), output=Lengths(20, 200)), "off",
                 "no delayer"),
 }

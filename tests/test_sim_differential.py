@@ -78,3 +78,19 @@ def test_sglangs_scheduler_refuses_a_tracker_it_does_not_run(scheduler_here: Non
     case = WORKLOADS["aligned"]
     with pytest.raises(SimInputError, match=f"whose max_prefill_bs tracker is window.*asks for {tracker}"):
         run_variant(case.config.replace(scheduler="sglang"), Variant.of(given), case.workload)
+
+
+def test_the_aligned_busy_case_is_one_where_the_busy_rule_decides() -> None:
+    # Model only (no scheduler needed): the case above is worth running against SGLang's scheduler only if aligned's
+    # busy rule changes its verdicts there. With busy_watermark off the same run forces passes the rule holds.
+    from prefill_delayer.sim.engine import run_variant
+
+    case = WORKLOADS["aligned-busy"]
+    on = run_variant(case.config, case.variant(), case.workload)
+    off = run_variant(case.config.replace(policy_params=(("busy_watermark", None),)), case.variant(), case.workload)
+    held = [k for k in range(min(on.passes, off.passes))
+            if on.trace[k][0].decision != off.trace[k][0].decision]
+    assert held, "the busy rule decides no pass of the aligned-busy case"
+    k = held[0]
+    assert off.trace[k][0].decision.endswith("/token_watermark")
+    assert not on.trace[k][0].decision.endswith("/token_watermark")
