@@ -4,8 +4,9 @@
 environment where SGLang 0.5.23's scheduler imports (CI's ``.ci/sglang-scheduler``
 step): both calibration scenarios, Poisson under and over saturation, bursty
 arrivals, prompts longer than the chunk close to the KV capacity (with 64-token
-pages), and the model fixes' own cases (health checks on the shared rotation with
-``total_requests`` dispatch, mixed chunks, the seed's starvation). ``compare``
+pages), the model fixes' own cases (health checks on the shared rotation with
+``total_requests`` dispatch, mixed chunks, the seed's starvation), ``aligned``
+over saturation and where its busy rule decides, and no delayer. ``compare``
 runs one on both backends and says where their per-pass records first differ
 (which ranks negotiated, with which inputs and verdicts, what each admitted and
 prefilled, what finished) and how far apart the summary metrics are;
