@@ -21,7 +21,7 @@ busy one. No input is added: the bit is the call's own ``token_usage``. The rest
 from __future__ import annotations
 
 from collections import namedtuple
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, cast
 
 from ...fields import BOOL, Field
@@ -80,7 +80,7 @@ class SymConfig(chunk.SymConfig):
 
 def sym_config(o: Any, fam: Any, tag: str = "") -> SymConfig:
     c = chunk.sym_config(o, fam, tag)
-    return SymConfig(**{f.name: getattr(c, f.name) for f in fields(c)}, busy_on=o.Bool(f"busy_on{tag}"),
+    return SymConfig(**vars(c), busy_on=o.Bool(f"busy_on{tag}"),
                      busy_min=o.Real(f"busy_watermark{tag}"))
 
 

@@ -27,7 +27,7 @@ the delayer's (``spec/policies/sglang_delayer``), extended, not restated.
 from __future__ import annotations
 
 from collections import namedtuple
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from ...fields import BOOL, COUNT, MAX_COUNT, Field
@@ -90,7 +90,7 @@ class SymConfig(scope.SymConfig):
 
 def sym_config(o: Any, fam: Any, tag: str = "") -> SymConfig:
     c = scope.sym_config(o, fam, tag)
-    return SymConfig(**{f.name: getattr(c, f.name) for f in fields(c)}, long_chunk_on=o.Bool(f"long_chunk_on{tag}"),
+    return SymConfig(**vars(c), long_chunk_on=o.Bool(f"long_chunk_on{tag}"),
                      long_chunk_min=o.Int(f"long_chunk_tokens{tag}"))
 
 
