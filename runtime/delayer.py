@@ -25,18 +25,22 @@ from .envelope import Envelope
 from .gather import GatherFn, default_gather
 from .metrics import record_single_pass_result
 
-__all__ = ["CROSSCHECK_ENV", "PrefillDelayer", "PrefillDelayerSinglePassExecutor", "host_config"]
+__all__ = ["CROSSCHECK_ENV", "PrefillDelayer", "PrefillDelayerSinglePassExecutor", "check_params", "host_config",
+           "own_params"]
 
 logger = logging.getLogger(__name__)
 
 
 def host_config(profile: str, server_args: Any, dp_size: int, attn_tp_size: int, attn_cp_size: int,
-                max_delay_passes: Any, token_usage_low_watermark: Any) -> Config:
+                max_delay_passes: Any, token_usage_low_watermark: Any,
+                params: Optional[Mapping[str, Any]] = None) -> Config:
     """The configuration SGLang's constructor arguments give the policy of ``profile``.
 
     Parameters the policy keeps in SGLang's settings are read from ``server_args``
     (``Param.server_arg``); SGLang passes ``max_delay_passes`` and
     ``token_usage_low_watermark`` itself, to the policy's parameters of those names.
+    ``params`` sets the policy's own parameters that SGLang keeps nowhere (``aligned``'s
+    ``quorum_percent``, say); naming one SGLang sets, or none of the policy's, is an error.
     """
     policy = policy_of(profile)
     if policy.host is None:
@@ -52,7 +56,33 @@ def host_config(profile: str, server_args: Any, dp_size: int, attn_tp_size: int,
     for name, value in (("max_delay_passes", max_delay_passes), ("token_usage_low_watermark", token_usage_low_watermark)):
         if name in names:
             values[name] = value
+    values.update(check_params(profile, params or {}))
     return policy.config_cls(**values)
+
+
+# What SGLang's scheduler gives the delayer itself: the constructor's two settings, and the layout.
+_SGLANG_GIVES = frozenset({"max_delay_passes", "token_usage_low_watermark", "dp_size", "attn_tp_size", "attn_cp_size",
+                           "profile", "enable_dp_attention"})
+
+
+def own_params(profile: str) -> tuple[Any, ...]:
+    """The parameters of ``profile``'s policy that SGLang keeps nowhere (no server argument, not the constructor's):
+    what ``params`` and the plugin's ``PREFILL_DELAYER_PARAMS`` may set (``aligned``'s ``quorum_percent``, say)."""
+    return tuple(p for p in policy_of(profile).params if p.server_arg is None and p.name not in _SGLANG_GIVES)
+
+
+def check_params(profile: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` if each is one of ``own_params(profile)`` with a valid value; ``ConfigError`` naming the first that
+    is not, and the ones that may be set."""
+    own = {p.name: p for p in own_params(profile)}
+    for name, value in params.items():
+        param = own.get(name)
+        if param is None:
+            raise ConfigError(f"{name!r} is not a parameter of profile {profile!r} that SGLang leaves to the policy "
+                              f"(those are: {', '.join(sorted(own)) or 'none'})")
+        if not param.check(value):
+            raise ConfigError(f"invalid {name}={value!r}: expected {param.valid}")
+    return dict(params)
 
 
 class PrefillDelayer:
@@ -100,9 +130,10 @@ class PrefillDelayer:
         attn_cp_size: int = 1,
         decision_log: Any = None,
         debug_log_enabled: bool = True,
+        params: Optional[Mapping[str, Any]] = None,
     ) -> None:
         self.config = c = host_config(profile, server_args, dp_size, attn_tp_size, attn_cp_size, max_delay_passes,
-                                      token_usage_low_watermark)
+                                      token_usage_low_watermark, params)
         self.policy = c.policy
         self.host = self.policy.host
         # The seed's attribute names, for code and tests that read them.

@@ -22,6 +22,7 @@ from ..spec.registry import policy_of
 from .policy_site import binding_of, check_sets, policy_config
 from .report import report, to_json
 from .trace import load_trace
+from .trackers import WINDOW, own_tracker
 from .workload import Burst, Bursty, Lengths, LongPrompt, Mix, Poisson, Workload
 
 # Which workloads each workload option applies to.
@@ -78,9 +79,15 @@ def build(args: argparse.Namespace) -> tuple[SimConfig, list[Variant], Workload,
     config = _config(s)
     workload = _workload(s, given, config)
     tracker = s["tracker"]
-    if config.scheduler == "sglang" and tracker is None:
-        tracker = "window"  # SGLang 0.5.23's own scheduler: its tracker, whatever the profile's release had
-    variants = [Variant.of(name, tracker, s["health_dispatch"]) for name in dict.fromkeys(s["profile"])]
+
+    def tracker_of(name: str) -> Any:
+        # SGLang 0.5.23's own scheduler: its tracker, whatever the profile's release had, or the one the profile's
+        # delayer keeps itself (aligned's decay), which is what runs there
+        if config.scheduler == "sglang" and tracker is None and "+" not in name:  # NAME+TRACKER names its own
+            return own_tracker(name) or WINDOW
+        return tracker
+
+    variants = [Variant.of(name, tracker_of(name), s["health_dispatch"]) for name in dict.fromkeys(s["profile"])]
     check_sets([v.profile for v in variants], config.policy_params)
     for v in variants:  # every profile can be simulated, with its settings, before any run starts
         if v.profile is not None:
@@ -89,6 +96,10 @@ def build(args: argparse.Namespace) -> tuple[SimConfig, list[Variant], Workload,
             if config.scheduler == "sglang" and policy_of(v.profile).host is None:
                 raise SimInputError(f"--scheduler sglang: profile {v.profile!r} is {policy_of(v.profile).title}, which "
                                     "SGLang's delayer call sites do not drive: simulate it with --scheduler model")
+            if config.scheduler == "sglang":
+                from .sglang_backend import host_params
+
+                host_params(v.profile, config.policy_params)
     if config.scheduler == "sglang":
         from .sglang_backend import require_scheduler
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..spec.config import parse_setting
 from ..spec.registry import all_profiles, policy_of
 from .suite import SUITES
 from .suite_goal import OFF_SLACK, P99_SLACK, TOK_SLACK
@@ -206,24 +207,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def policy_setting(text: str) -> tuple[str, Any]:
-    """``NAME=VALUE``: an integer, a number, true/false, none, or else text (the policy's configuration checks it)."""
-    name, sep, raw = text.partition("=")
-    if not sep or not name.strip():
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
-    value: Any = raw.strip()
-    low = value.lower()
-    if low in ("true", "false"):
-        value = low == "true"
-    elif low == "none":
-        value = None
-    else:
-        for kind in (int, float):
-            try:
-                value = kind(value)
-                break
-            except ValueError:
-                pass
-    return name.strip(), value
+    """``--set NAME=VALUE`` (``spec.config.parse_setting``), an argparse type."""
+    try:
+        return parse_setting(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def settings(args: argparse.Namespace) -> tuple[dict[str, Any], set[str]]:

@@ -11,7 +11,9 @@ own ``get_next_batch_to_run`` / ``get_new_batch_prefill`` and ``run_batch`` /
 plugin's shell (``integrations.sglang.releases``), over the engine's in-process
 gather, so the scheduler's own ``add_chunked_req`` and ``add_one_req`` negotiate
 through it: ``PrefillDelayerSinglePassExecutor`` in the scheduler module is the
-plugin's while a run lasts, as ``install`` would make it, and the module's clock
+plugin's while a run lasts, as ``install`` would make it, the profile's readings
+of the scheduler (``integrations.sglang.readings``: the chunk in flight, the queue
+as admission begins) are hooked where the plugin hooks them, and the module's clock
 reads simulated time (``SimulatedTime``).
 
 The scheduler is 0.5.23's, so is its ``max_prefill_bs`` tracker (``window``) for
@@ -35,6 +37,7 @@ from ..integrations.sglang.cpu_scheduler import (
     import_scheduler,
     publish_context,
 )
+from ..integrations.sglang import readings
 from ..integrations.sglang.releases import PrefillDelayer_0_5_14
 from ..integrations.sglang.shell import PrefillDelayerSinglePassExecutor
 from .config import SimConfig, Variant
@@ -190,6 +193,7 @@ class SGLangGroup:
         scheduler_module.time = SimulatedTime(clock)
         recorders: dict[int, Callable[[NegotiateArgs, bool], None]] = {}
         scheduler_module.PrefillDelayerSinglePassExecutor = _recording_executor(recorders)
+        self._hooked = _hook_readings(variant.profile) if gather is not None else []
         from .engine import delayer_server_args
 
         delayer_args = delayer_server_args(config)
@@ -200,6 +204,7 @@ class SGLangGroup:
                 delayer = PrefillDelayer_0_5_14(
                     config.dp_size, 1, None, delayer_args, config.max_delay_passes, config.token_usage_low_watermark,
                     outcomes[r], profile=variant.profile, gather=gather.gather_for(r), clock=clock,
+                    params=host_params(variant.profile, config.policy_params),
                 )
             rank = SGLangRank(r, build_scheduler(settings, server_args), delayer)
             if delayer is not None:
@@ -266,9 +271,48 @@ class SGLangGroup:
     def close(self) -> None:
         self._module.PrefillDelayerSinglePassExecutor = self._saved_executor
         self._module.time = self._saved_time
+        for owner, method, original in reversed(self._hooked):
+            setattr(owner, method, original)
         for r in self.ranks:  # each delayer's decision log, if one was asked for, whole when the run returns
             if r.delayer is not None:
                 r.delayer.core.close()
+
+
+def host_params(profile: str, sets: Any) -> dict[str, Any]:
+    """The ``--set`` values the plugin's delayer for ``profile`` takes: its parameters SGLang keeps nowhere. One that
+    SGLang's own settings give there (a server argument, or the constructor's ``max_delay_passes`` and
+    ``token_usage_low_watermark``) is a ``SimInputError`` naming them: SGLang's scheduler would not run what it says."""
+    from ..runtime.delayer import own_params
+    from ..spec.registry import policy_of
+
+    by_name = {p.name: p for p in policy_of(profile).params}
+    own = {p.name for p in own_params(profile)}
+    out = {}
+    for name, value in sets:
+        param = by_name.get(name)
+        if param is None:  # another simulated profile's parameter (``check_sets`` saw to that)
+            continue
+        if name not in own:
+            given = f"server argument {param.server_arg}" if param.server_arg is not None else "constructor argument"
+            flag = "--" + (param.server_arg or name).removeprefix("prefill_delayer_").replace("_", "-")
+            raise SimInputError(f"--scheduler sglang: --set {name} is SGLang's {given} there; set it with {flag}")
+        out[name] = value
+    return out
+
+
+def _hook_readings(profile: str) -> list[tuple[Any, str, Any]]:
+    """The profile's readings hooked on 0.5.23's scheduler classes, as the plugin hooks them; what to put back."""
+    from ..spec.registry import policy_of
+
+    host = policy_of(profile).host
+    names = tuple(f.name for f in host.reads) if host is not None else ()
+    hooked = []
+    for reading in readings.readings_for(names, "0.5.23"):
+        owner, method = readings.target_owner(reading), reading.target.rpartition(".")[2]
+        original = owner.__dict__[method]
+        hooked.append((owner, method, original))
+        setattr(owner, method, readings.wrap(original, reading.hook_for("0.5.23")))
+    return hooked
 
 
 def _recording_executor(recorders: dict[int, Callable[[NegotiateArgs, bool], None]]) -> type:

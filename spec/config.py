@@ -31,6 +31,29 @@ def is_real(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
+def parse_setting(text: str) -> tuple[str, Any]:
+    """``NAME=VALUE``: an integer, a number, true/false, none, or else text (the policy's configuration checks it).
+    ``ValueError`` when there is no ``=`` or no name. What ``simulate --set`` and the plugin's
+    ``PREFILL_DELAYER_PARAMS`` read."""
+    name, sep, raw = text.partition("=")
+    if not sep or not name.strip():
+        raise ValueError(f"expected NAME=VALUE, got {text!r}")
+    value: Any = raw.strip()
+    low = value.lower()
+    if low in ("true", "false"):
+        value = low == "true"
+    elif low == "none":
+        value = None
+    else:
+        for kind in (int, float):
+            try:
+                value = kind(value)
+                break
+            except ValueError:
+                pass
+    return name.strip(), value
+
+
 def count_in(lo: int, hi: int) -> Callable[[Any], bool]:
     return lambda v: is_int(v) and lo <= v <= hi
 

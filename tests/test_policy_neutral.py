@@ -55,7 +55,7 @@ def sim_words(rel: str) -> set[str]:
     simulated server takes (``sim.config.DELAYER_SETTINGS``) are its own words, as is the executor API's
     ``local_prefillable``; its calibration scenarios (``options.SCENARIOS``, ``calibrate``) reproduce SGLang
     issues on the releases they were reported on, and the differential workloads (``differential``) pick
-    profiles, so they name them."""
+    profiles (and set a parameter of one), so they name them."""
     if not rel.startswith("sim/"):
         return set()
     from prefill_delayer.sim.config import DELAYER_SETTINGS
@@ -64,6 +64,8 @@ def sim_words(rel: str) -> set[str]:
     words = set(Facts._fields) | set(DELAYER_SETTINGS) | {"local_prefillable"}
     if rel in ("sim/options.py", "sim/calibrate.py", "sim/differential.py"):
         words |= {name for pol in registry.policies() for name in (*pol.profile_names, *pol.release_aliases)}
+    if rel == "sim/differential.py":
+        words |= {p.name for pol in registry.policies() for p in pol.params}
     return words
 
 

@@ -96,6 +96,32 @@ def test_a_bad_value_stops_the_process_with_one_clear_line(setting: str, says: s
     assert "Traceback" not in done.stderr and "Failed to execute general plugin" not in done.stderr
 
 
+def test_the_plugin_sets_the_profiles_own_parameters_and_stops_on_a_bad_one() -> None:
+    """PREFILL_DELAYER_PARAMS sets the parameters SGLang keeps nowhere (aligned's quorum_percent), bound on the class
+    SGLang builds, and the line names them; a bad one stops the process at start-up with one line naming it."""
+    script = textwrap.dedent(_LOAD) + "print(json.dumps(dict(pd.PrefillDelayer.params)))\n"
+    done = run_python(script, {"PREFILL_DELAYER_PROFILE": "aligned", "PREFILL_DELAYER_PARAMS": "quorum_percent=75"})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == {"quorum_percent": 75}
+    assert "profile aligned (PREFILL_DELAYER_PROFILE=aligned), spec " in done.stderr
+    assert "; parameters quorum_percent=75" in done.stderr, done.stderr
+    for params, says in [
+        ("quorum_percent=0", "PREFILL_DELAYER_PARAMS: invalid quorum_percent=0: expected None (off) or an integer in "
+                             "[1, 100]"),
+        ("long_chunk_tokens=100", "PREFILL_DELAYER_PARAMS: 'long_chunk_tokens' is not a parameter of profile 'aligned' "
+                                  "that SGLang leaves to the policy (those are: busy_watermark, low_load_watermark, "
+                                  "quorum_percent)"),
+        ("busy_watermark=0.2", "PREFILL_DELAYER_PARAMS: busy_watermark=0.2 must be above low_load_watermark=0.28"),
+        ("quorum_percent", "PREFILL_DELAYER_PARAMS: expected NAME=VALUE, got 'quorum_percent'"),
+        ("quorum_percent=50,quorum_percent=75", "PREFILL_DELAYER_PARAMS: quorum_percent given twice"),
+    ]:
+        done = run_python(_LOAD, {"PREFILL_DELAYER_PROFILE": "aligned", "PREFILL_DELAYER_PARAMS": params})
+        assert done.returncode == 1 and done.stdout == "", (params, done.stderr)
+        last = done.stderr.strip().splitlines()[-1]
+        assert last.startswith("prefill-delayer: PREFILL_DELAYER_PROFILE='aligned': ") and says in last, (params, last)
+        assert "Traceback" not in done.stderr
+
+
 def test_sglang_means_the_installed_release_and_an_unknown_one_stops() -> None:
     script = "import sglang; sglang.__version__ = '0.5.99'\n" + textwrap.dedent(_LOAD)
     done = run_python(script, {"PREFILL_DELAYER_PROFILE": "sglang"})
@@ -124,10 +150,11 @@ def test_a_profile_that_reads_the_chunk_is_refused_where_add_chunked_req_does_no
     assert done.returncode == 0, done.stderr
 
 
-def test_install_hooks_add_chunked_req_for_aligned_and_refuses_where_it_does_not_load() -> None:
-    """install("aligned") reads the chunk where the plugin does: without SGLang's schedule_policy loadable it refuses,
-    naming the method, and replaces nothing; with it, add_chunked_req hands the chunk's tokens left to the pass's
-    executor before the method runs, once however often install is called."""
+def test_install_hooks_aligneds_readings_and_refuses_where_they_do_not_load() -> None:
+    """install("aligned") reads the chunk and the queue where the plugin does: without SGLang's schedule_policy (or
+    its scheduler) loadable it refuses, naming the method, and replaces nothing; with them, add_chunked_req hands the
+    chunk's tokens left, and _get_new_batch_prefill_raw the waiting queue's length, to the pass's executor before the
+    method runs, once however often install is called."""
     done = run_python("""
         import json, logging, sys, types
         logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
@@ -149,23 +176,46 @@ def test_install_hooks_add_chunked_req_for_aligned_and_refuses_where_it_does_not
         module = types.ModuleType("sglang.srt.managers.schedule_policy")
         module.PrefillAdder = PrefillAdder
         sys.modules[module.__name__] = module
+        try:
+            install("aligned")
+        except PluginError as err:
+            refused_queue = (str(err), pd.PrefillDelayer is theirs)
+        class Scheduler:  # scheduler's, as far as the hook reads it
+            def __init__(self, waiting):
+                self.waiting_queue = waiting
+            def _get_new_batch_prefill_raw(self, prefill_delayer_single_pass, running_batch):
+                seen.append("raw")
+                return None, running_batch
+            def _should_defer_prefill(self, running_batch):  # 0.5.23's, which install guards too
+                return False
+        module = types.ModuleType("sglang.srt.managers.scheduler")
+        module.Scheduler = Scheduler
+        sys.modules[module.__name__] = module
         install("aligned")
         install("aligned")
         class Executor:
             def read_from_scheduler(self, name, value):
                 seen.append((name, value))
+        Scheduler(["a", "b", "c"])._get_new_batch_prefill_raw(prefill_delayer_single_pass=Executor(), running_batch=None)
+        Scheduler(["a"])._get_new_batch_prefill_raw(prefill_delayer_single_pass=None, running_batch=None)
         req = types.SimpleNamespace(full_untruncated_fill_ids=[5] * 1000, prefix_len=256)
         PrefillAdder(Executor()).add_chunked_req(req)
         PrefillAdder(None).add_chunked_req(req)  # no delayer this pass: nothing to hand it to
-        print(json.dumps({"refused": refused, "seen": seen, "profile": pd.PrefillDelayer.profile}))
+        print(json.dumps({"refused": refused, "refused_queue": refused_queue, "seen": seen,
+                          "profile": pd.PrefillDelayer.profile}))
     """, {})
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert out["refused"][0].startswith("profile 'aligned' reads chunk_tokens_left at PrefillAdder.add_chunked_req, "
                                         "which does not load here (ModuleNotFoundError"), out["refused"]
     assert out["refused"][1], "install replaced SGLang's class before it refused"
-    assert out["seen"] == [["chunk_tokens_left", 744], "method", "method"] and out["profile"] == "aligned", out
+    assert out["refused_queue"][0].startswith("profile 'aligned' reads waiting_at_start at "
+                                              "Scheduler._get_new_batch_prefill_raw, which does not load here ")
+    assert out["refused_queue"][1], "install replaced SGLang's class before it refused"
+    assert out["seen"] == [["waiting_at_start", 3], "raw", "raw", ["chunk_tokens_left", 744], "method", "method"], out
+    assert out["profile"] == "aligned", out
     assert "PrefillAdder.add_chunked_req hooked: reads chunk_tokens_left" in done.stderr
+    assert "Scheduler._get_new_batch_prefill_raw hooked: reads waiting_at_start" in done.stderr
     # the installed SGLang is 0.5.23: its executor keeps aligned's own max_prefill_bs, and the line says so
     assert ("; max_prefill_bs: its own decay mark, from the executor's finalize(actual_prefill_bs=), in place of the "
             "scheduler's") in done.stderr

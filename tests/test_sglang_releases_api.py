@@ -117,7 +117,7 @@ def test_install_gives_each_release_the_constructor_and_finalize_its_scheduler_c
             for p in inspect.signature(delayer).parameters.values() if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
     assert ours == own_params
     assert [p.name for p in inspect.signature(delayer).parameters.values()
-            if p.kind is inspect.Parameter.KEYWORD_ONLY] == ["profile", "gather", "clock"]
+            if p.kind is inspect.Parameter.KEYWORD_ONLY] == ["profile", "gather", "clock", "params"]
 
     # finalize: the keyword the scheduler passes, and a return value where the release has one.
     finalize_calls = [n for n in ast.walk(scheduler) if isinstance(n, ast.Call)

@@ -484,7 +484,7 @@ def cpu_plan(arrivals: dict[int, tuple[list[Any], list[Any]]] = ARRIVALS,
 
 def _cpu_scheduler_processes(setting: str, tmp: Path, rank_settings: dict[str, Any] = CPU_RANK,
                              schedule: dict[str, Any] = CPU_SCHEDULE, plan: Optional[list[list[list[Any]]]] = None,
-                             tag: str = "") -> tuple[list[list[dict[str, Any]]], Path]:
+                             tag: str = "", env: Optional[dict[str, str]] = None) -> tuple[list[list[dict[str, Any]]], Path]:
     """The plan on two CPU schedulers under ``PREFILL_DELAYER_PROFILE=setting``, logging: per rank the JSON lines the
     process printed (its delayer, then a record per pass), and the decision log folder."""
     from prefill_delayer.runtime.decision_log import DECISION_LOG_ENV
@@ -493,7 +493,7 @@ def _cpu_scheduler_processes(setting: str, tmp: Path, rank_settings: dict[str, A
                                            schedule=schedule, prompt=PROMPT)
     folder = tmp / f"log-{setting}{tag}"
     runs = _run_schedulers(script, setting, tmp, "cpu" + tag, lambda rank: {
-        "PLAN": json.dumps(cpu_plan() if plan is None else plan), DECISION_LOG_ENV: str(folder)})
+        "PLAN": json.dumps(cpu_plan() if plan is None else plan), DECISION_LOG_ENV: str(folder), **(env or {})})
     failed = [(rank, done) for rank, done in enumerate(runs) if done.returncode != 0]
     # every failed rank's end: the first to fail is often not rank 0, whose peer's going only shows in its gather
     assert not failed, "\n".join(f"rank {rank}, rc {done.returncode}: ...{done.stderr[-2500:]}" for rank, done in failed)
@@ -520,6 +520,20 @@ BUSY_ARRIVALS = {1: ([], [[1700, 300]]), BUSY_LOW: ([SHORT], [])}
 def busy_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[list[dict[str, Any]]], Path]:
     return _cpu_scheduler_processes("aligned", tmp_path_factory.mktemp("busy"), BUSY_RANK, BUSY_SCHEDULE,
                                     cpu_plan(BUSY_ARRIVALS, BUSY_PASSES), tag="-busy")
+
+
+# The quorum inside SGLang's scheduler, set through the plugin (PREFILL_DELAYER_PARAMS=quorum_percent=50: on two ranks,
+# one with work and one with none is a quorum). Nine requests on rank 1 fill its 8 running slots and leave one
+# queued; then a short one on rank 0, while rank 1 has work it cannot admit: it reaches no call site, and only the
+# queue the plugin reads says it has work.
+QUORUM_FULL, QUORUM_PASSES = 5, 18
+QUORUM_ARRIVALS = {1: ([], [LONG] * (CPU_RANK["max_running_requests"] + 1)), QUORUM_FULL: ([SHORT], [])}
+
+
+@pytest.fixture(scope="module")
+def quorum_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[list[dict[str, Any]]], Path]:
+    return _cpu_scheduler_processes("aligned", tmp_path_factory.mktemp("quorum"), plan=cpu_plan(QUORUM_ARRIVALS,
+                                    QUORUM_PASSES), tag="-quorum", env={"PREFILL_DELAYER_PARAMS": "quorum_percent=50"})
 
 
 def _logged(folder: Path) -> list[list[dict[str, Any]]]:
@@ -576,10 +590,11 @@ def test_aligned_reads_the_schedulers_running_batch_and_cuts_the_hold_only_where
 
     aligned, hardened = policy_of("aligned"), policy_of("hardened")
     # The inputs beyond SGLang's call-site arguments, from the spec: every one is read from the scheduler object by
-    # the plugin and checked here against what the scheduler held, pass by pass (chunk_tokens_left, below).
-    assert [f.name for f in aligned.host.reads] == ["chunk_tokens_left"]
+    # the plugin and checked here against what the scheduler held, pass by pass (chunk_tokens_left and
+    # waiting_at_start, below).
+    assert [f.name for f in aligned.host.reads] == ["chunk_tokens_left", "waiting_at_start"]
     extra = [f for f in aligned.row_names if f not in hardened.row_names]
-    assert extra == ["long_chunk", "busy"], extra
+    assert extra == ["long_chunk", "busy", "has_work"], extra
     assert NO_DECODE_HOLD < CAP - 1
     records, folder = cpu_runs["aligned"]
     for out in records:
@@ -602,6 +617,11 @@ def test_aligned_reads_the_schedulers_running_batch_and_cuts_the_hold_only_where
             assert row["long_chunk"] == int(s["chunked"] and s["chunk_left"] >= CPU_RANK["chunked_prefill_size"])
             # The busy bit is read only beside aligned's own low-load watermark: SGLang's option is set here.
             assert row["busy"] == 0, (rank, s, row)
+            # The waiting queue as the admission begins, read by the plugin's hook on
+            # Scheduler._get_new_batch_prefill_raw on every rank, one that reaches no call site included; the row's
+            # work bit (what the opt-in quorum counts) is set on a rank that can prefill or has requests queued.
+            assert x["waiting_at_start"] == s["waiting"], (rank, s, x)
+            assert row["has_work"] == int(called or s["waiting"] > 0), (rank, s, row)
     # The chunked prompt on rank 1: its chunk passes read 744, 488 and 232 tokens left; the first two are long chunks.
     chunk_passes = [(x["chunk_tokens_left"], dict(zip(fields, x["row"]))["long_chunk"]) for x in logged[1][CHUNKED:]]
     assert chunk_passes[:4] == [(744, 1), (488, 1), (232, 0), (0, 0)], (chunk_passes, records[1][CHUNKED - 1:CHUNKED + 6])
@@ -705,3 +725,24 @@ def test_check_log_checks_aligned_logs_of_the_scheduler_and_finds_a_flipped_deci
     findings = json.loads((tmp_path / "bad.json").read_text())["findings"]
     assert ("conformance", "decision", flipped, [0]) in [(f["category"], f["property"], f["pass"], f["ranks"])
                                                          for f in findings], findings
+
+
+def test_in_sglangs_scheduler_the_quorum_allows_beside_an_idle_rank_and_holds_for_a_full_one(
+        quorum_run: tuple[list[list[dict[str, Any]]], Path]) -> None:
+    """quorum_percent, set through the plugin (PREFILL_DELAYER_PARAMS), in SGLang's own scheduler: rank 1's first
+    prefill, beside a rank with nothing queued, allows at once with quorum; once rank 1's running batch is full with a
+    request queued, it reaches no call site, its row's work bit comes from the waiting queue the plugin reads, and
+    rank 0's short request waits for it (the mixed hold, here to the no-decode give-up), as without the quorum."""
+    from prefill_delayer.spec.policies.aligned.guards import NO_DECODE_HOLD
+    from prefill_delayer.spec.registry import policy_of
+
+    records, folder = quorum_run
+    logged = _logged(folder)
+    fields = policy_of("aligned").row_names
+    assert _reasons(logged[1], 1, 1) == ["quorum"] and records[1][1]["extend"]
+    rows = [[dict(zip(fields, x["row"])) for x in logged[rank]] for rank in range(WORLD)]
+    full = rows[1][QUORUM_FULL - 1]
+    assert records[1][QUORUM_FULL]["running"] == CPU_RANK["max_running_requests"]
+    assert logged[1][QUORUM_FULL - 1]["waiting_at_start"] == 1 and not full["prefillable"] and full["has_work"] == 1
+    assert rows[0][QUORUM_FULL - 1]["prefillable"] == 1
+    assert _reasons(logged[0], QUORUM_FULL, QUORUM_FULL + NO_DECODE_HOLD) == ["delay"] * NO_DECODE_HOLD + ["no_decode"]

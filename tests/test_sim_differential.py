@@ -94,3 +94,34 @@ def test_the_aligned_busy_case_is_one_where_the_busy_rule_decides() -> None:
     k = held[0]
     assert off.trace[k][0].decision.endswith("/token_watermark")
     assert not on.trace[k][0].decision.endswith("/token_watermark")
+
+
+def test_the_aligned_quorum_case_is_one_where_the_quorum_decides_and_the_queue_reading_counts() -> None:
+    # Model only: the case is worth running against SGLang's scheduler only if the quorum allows passes there that
+    # aligned without it holds, and if some rank has work only by the queue the plugin reads (requests queued behind a
+    # full running batch, no call site reached).
+    from prefill_delayer.sim.engine import run_variant
+
+    case = WORKLOADS["aligned-quorum"]
+    on = run_variant(case.config, case.variant(), case.workload)
+    off = run_variant(case.config.replace(policy_params=()), case.variant(), case.workload)
+    fired = [k for k in range(on.passes) if on.trace[k][0].decision.endswith("/quorum")]
+    assert fired, "the quorum decides no pass of the aligned-quorum case"
+    assert not off.trace[fired[0]][0].decision.endswith("/quorum")
+    assert any(t.negotiated is None and t.queue > 0 for row in on.trace for t in row)
+
+
+def test_simulate_on_sglangs_scheduler_runs_aligned_with_its_own_parameter_and_refuses_sglangs(
+        scheduler_here: None, capsys: pytest.CaptureFixture[str]) -> None:
+    # --scheduler sglang runs aligned with the tracker its delayer keeps (not refused as aligned+window), and --set
+    # reaches the plugin's delayer there: a parameter SGLang's settings give is refused, naming the option that does.
+    from prefill_delayer.cli import main
+
+    run = ["simulate", "--scheduler", "sglang", "--profile", "aligned", "--dp-size", "2", "--passes", "40", "--workload",
+           "poisson", "--rate", "20", "--prompt-tokens", "500:2000", "--output-tokens", "50:100", "--no-progress"]
+    assert main([*run, "--set", "quorum_percent=75"]) == 0
+    capsys.readouterr()
+    assert main([*run, "--set", "long_chunk_tokens=100"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.endswith("--set long_chunk_tokens is SGLang's server argument chunked_prefill_size there; set it with "
+                        "--chunked-prefill-size"), err

@@ -18,6 +18,7 @@ import sys
 from typing import Optional
 
 PROFILE_ENV = "PREFILL_DELAYER_PROFILE"
+PARAMS_ENV = "PREFILL_DELAYER_PARAMS"  # NAME=VALUE[,NAME=VALUE]: the profile's parameters SGLang keeps nowhere
 
 logger = logging.getLogger("sglang.srt.plugins")  # SGLang 0.5.23's sglang/srt/plugins/__init__.py: getLogger(__name__)
 
@@ -26,7 +27,7 @@ _pending: Optional[str] = None
 
 
 def announce(release: str, profile: str, setting: str, how: str, guarded: bool = False, reads: tuple[tuple[str, str], ...] = (),
-             max_prefill_bs: str = "") -> None:
+             max_prefill_bs: str = "", params: tuple[tuple[str, object], ...] = ()) -> None:
     """Log the line now if logging would show it; else when the first delayer is built.
 
     A scheduler process loads plugins before it sets up logging, so a line
@@ -41,6 +42,7 @@ def announce(release: str, profile: str, setting: str, how: str, guarded: bool =
         f"prefill-delayer active ({how}): SGLang {release}'s PrefillDelayer and "
         f"PrefillDelayerSinglePassExecutor replaced; profile {profile} "
         f"({PROFILE_ENV if how == 'plugin' else 'install'}={setting}), spec {spec_hash()}"
+        + (f"; parameters {', '.join(f'{k}={v!r}' for k, v in params)}" if params else "")
         + ("; Scheduler._should_defer_prefill hooked: a deferred pass takes part in the delayer's all-gather"
            if guarded else "")
         + "".join(f"; {where} hooked: reads {name}" for name, where in reads)

@@ -11,8 +11,11 @@ scheduler process of a release that defers prefill per rank (0.5.23), it also
 hooks ``Scheduler._should_defer_prefill`` (AFTER): a deferred pass takes part in
 the delayer's all-gather (``deferral``), and the line says so. A profile that
 reads inputs from the scheduler itself (``HostBinding.reads``: ``aligned``'s chunk
-in flight) gets a BEFORE hook where each is read (``readings``), and the line
-names it; a release where one cannot be read is refused.
+in flight and queue) gets a BEFORE hook where each is read (``readings``), and the
+line names it; a release where one cannot be read is refused.
+``PREFILL_DELAYER_PARAMS`` (``NAME=VALUE[,NAME=VALUE]``) sets the profile's
+parameters that SGLang keeps nowhere (``aligned``'s ``quorum_percent``, say),
+checked at start-up; the line names them.
 
 A bad value must stop the server, never leave SGLang's own delayer running:
 ``load_plugins`` logs and swallows any ``Exception`` a plugin raises, so
@@ -26,10 +29,11 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from typing import Any, Mapping, Optional
 from dataclasses import dataclass
 
 from . import deferral, readings
-from .announce import PROFILE_ENV, announce
+from .announce import PARAMS_ENV, PROFILE_ENV, announce
 
 INSTALLED = "sglang"  # the value that means: the installed release's own profile
 TARGET_MODULE = "sglang.srt.managers.prefill_delayer"
@@ -48,18 +52,39 @@ class Choice:
     release: str  # the installed SGLang release
     reads: tuple = ()  # the profile's readings of the scheduler in this release (``readings.Reading``)
     max_prefill_bs: str = ""  # where the profile's max_prefill_bs comes from, when not the scheduler's argument as is
+    params: tuple = ()  # (name, value) of the profile's parameters SGLang keeps nowhere, as given
 
     def classes(self) -> tuple[type, type]:
         from .releases import classes_for
 
-        return classes_for(self.release, self.profile)
+        return classes_for(self.release, self.profile, dict(self.params))
 
 
-def resolve(setting: str) -> Choice:
-    """The profile ``setting`` names, and the installed release (whose constructor the classes get).
+def parse_params(text: str) -> dict[str, Any]:
+    """``PREFILL_DELAYER_PARAMS``: ``NAME=VALUE[,NAME=VALUE]`` (values as ``simulate --set`` reads them); ``ConfigError``
+    for a part that is no ``NAME=VALUE`` or a name given twice."""
+    from ...spec.config import parse_setting
+    from ...spec.errors import ConfigError
+
+    out: dict[str, Any] = {}
+    for part in (p for p in text.split(",") if p.strip()):
+        try:
+            name, value = parse_setting(part)
+        except ValueError as err:
+            raise ConfigError(f"{PARAMS_ENV}: {err}") from None
+        if name in out:
+            raise ConfigError(f"{PARAMS_ENV}: {name} given twice")
+        out[name] = value
+    return out
+
+
+def resolve(setting: str, params: Optional[Mapping[str, Any]] = None) -> Choice:
+    """The profile ``setting`` names, and the installed release (whose constructor the classes get); ``params``, the
+    profile's parameters SGLang keeps nowhere, checked now with the rest of its configuration.
 
     ``ConfigError`` for a name that is no profile or known release (listing the
-    known ones); ``PluginError`` when SGLang is absent or its release unknown.
+    known ones), or a parameter the profile does not leave to us or a bad value;
+    ``PluginError`` when SGLang is absent or its release unknown.
     """
     from ...spec.errors import ConfigError
     from ...spec.policies.sglang_delayer.profiles import RELEASES
@@ -95,7 +120,17 @@ def resolve(setting: str) -> Choice:
         reads = readings.readings_for(tuple(f.name for f in policy_of(profile).host.reads), version)
     except ValueError as err:
         raise PluginError(f"profile {profile!r}: {err}") from None
-    return Choice(setting, profile, version, tuple(reads), _max_prefill_bs(profile, version))
+    given = dict(params or {})
+    if given:
+        from ...runtime.delayer import check_params
+
+        try:
+            check_params(profile, given)
+            # the whole configuration at SGLang's defaults: the checks between parameters too (busy above the watermark)
+            policy_of(profile).config_cls(profile=profile, dp_size=1, enable_dp_attention=True, **given)
+        except ConfigError as err:
+            raise ConfigError(f"{PARAMS_ENV}: {err}") from None
+    return Choice(setting, profile, version, tuple(reads), _max_prefill_bs(profile, version), tuple(given.items()))
 
 
 def _max_prefill_bs(profile: str, release: str) -> str:
@@ -138,7 +173,7 @@ def register() -> None:
     if setting == "":
         return
     try:
-        choice = resolve(setting)
+        choice = resolve(setting, parse_params(os.environ.get(PARAMS_ENV, "")))
         from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
         for name, cls in zip(TARGETS, choice.classes()):
@@ -151,15 +186,17 @@ def register() -> None:
             HookRegistry.register(reading.target, reading.hook_for(choice.release), HookType.BEFORE)
     except Exception as err:  # noqa: BLE001 - any failure stops the process: never SGLang's delayer instead
         raise SystemExit(f"prefill-delayer: {PROFILE_ENV}={setting!r}: {err}") from err
-    announce(choice.release, choice.profile, choice.setting, "plugin", guarded, _shown(reads), choice.max_prefill_bs)
+    announce(choice.release, choice.profile, choice.setting, "plugin", guarded, _shown(reads), choice.max_prefill_bs,
+             choice.params)
 
 
 def _shown(reads: tuple) -> tuple[tuple[str, str], ...]:
     return tuple((r.name, r.where) for r in reads)
 
 
-def install(profile: str = INSTALLED) -> tuple[type, type]:
-    """Put our classes in place of SGLang's in this process, without the plugin framework.
+def install(profile: str = INSTALLED, params: Optional[Mapping[str, Any]] = None) -> tuple[type, type]:
+    """Put our classes in place of SGLang's in this process, without the plugin framework; ``params`` sets the
+    profile's parameters SGLang keeps nowhere (``PREFILL_DELAYER_PARAMS``' for the plugin).
 
     Replaces both names in ``sglang.srt.managers.prefill_delayer`` and every
     loaded module that imported them (the scheduler and ``schedule_policy``
@@ -168,7 +205,7 @@ def install(profile: str = INSTALLED) -> tuple[type, type]:
     the scheduler is built. Returns the two classes. Raises ``ConfigError`` /
     ``PluginError`` (nothing is replaced then).
     """
-    choice = resolve(profile)
+    choice = resolve(profile, params)
     reads = _readings(choice, True)  # called in a scheduler process: its hooks' modules import here
     new = choice.classes()
     module = importlib.import_module(TARGET_MODULE)
@@ -191,5 +228,6 @@ def install(profile: str = INSTALLED) -> tuple[type, type]:
     for reading in reads:
         owner, method = readings.target_owner(reading), reading.target.rpartition(".")[2]
         setattr(owner, method, readings.wrap(getattr(owner, method), reading.hook_for(choice.release)))
-    announce(choice.release, choice.profile, choice.setting, "install", guarded, _shown(reads), choice.max_prefill_bs)
+    announce(choice.release, choice.profile, choice.setting, "install", guarded, _shown(reads), choice.max_prefill_bs,
+             choice.params)
     return new

@@ -17,7 +17,8 @@ hands the rest to ``shell.ShellDelayer``; ``classes_for`` binds a profile.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from types import MappingProxyType
+from typing import Any, Callable, Mapping, Optional
 
 from ...runtime.gather import GatherFn
 from .shell import PassExecutor, PrefillDelayer, PrefillDelayerSinglePassExecutor, ShellDelayer
@@ -41,6 +42,7 @@ class PrefillDelayer_0_5_14(ShellDelayer):
         profile: Optional[str] = None,
         gather: Optional[GatherFn] = None,
         clock: Optional[Callable[[], float]] = None,
+        params: Optional[Mapping[str, Any]] = None,
     ) -> None:
         self._build_core(
             num_dp_ranks=dp_size,
@@ -51,6 +53,7 @@ class PrefillDelayer_0_5_14(ShellDelayer):
             cpu_group=cpu_group, device_group=device_group, device=device,
             max_delay_passes=max_delay_passes, token_usage_low_watermark=token_usage_low_watermark,
             metrics_collector=metrics_collector, debug_log_enabled=True, profile=profile, gather=gather, clock=clock,
+            params=params,
         )
 
 
@@ -73,6 +76,7 @@ class PrefillDelayer_0_5_18(ShellDelayer):
         profile: Optional[str] = None,
         gather: Optional[GatherFn] = None,
         clock: Optional[Callable[[], float]] = None,
+        params: Optional[Mapping[str, Any]] = None,
     ) -> None:
         from sglang.srt.runtime_context import get_parallel
 
@@ -85,7 +89,7 @@ class PrefillDelayer_0_5_18(ShellDelayer):
             cpu_group=cpu_group, device_group=device_group, device=device,
             max_delay_passes=max_delay_passes, token_usage_low_watermark=token_usage_low_watermark,
             metrics_collector=metrics_collector, debug_log_enabled=debug_log_enabled, profile=profile, gather=gather,
-            clock=clock,
+            clock=clock, params=params,
         )
 
 
@@ -107,6 +111,7 @@ class PrefillDelayer_0_5_19(ShellDelayer):
         profile: Optional[str] = None,
         gather: Optional[GatherFn] = None,
         clock: Optional[Callable[[], float]] = None,
+        params: Optional[Mapping[str, Any]] = None,
     ) -> None:
         from sglang.srt.runtime_context import get_parallel, get_schedule
 
@@ -120,7 +125,7 @@ class PrefillDelayer_0_5_19(ShellDelayer):
             cpu_group=cpu_group, device_group=device_group, device=device,
             max_delay_passes=max_delay_passes, token_usage_low_watermark=token_usage_low_watermark,
             metrics_collector=metrics_collector, debug_log_enabled=debug_log_enabled, profile=profile, gather=gather,
-            clock=clock,
+            clock=clock, params=params,
         )
 
 
@@ -140,6 +145,7 @@ class PrefillDelayer_0_5_21(ShellDelayer):
         profile: Optional[str] = None,
         gather: Optional[GatherFn] = None,
         clock: Optional[Callable[[], float]] = None,
+        params: Optional[Mapping[str, Any]] = None,
     ) -> None:
         from sglang.srt.runtime_context import get_parallel, get_schedule
 
@@ -153,7 +159,7 @@ class PrefillDelayer_0_5_21(ShellDelayer):
             cpu_group=cpu_group, device_group=device_group, device=device,
             max_delay_passes=max_delay_passes, token_usage_low_watermark=token_usage_low_watermark,
             metrics_collector=metrics_collector, debug_log_enabled=debug_log_enabled, profile=profile, gather=gather,
-            clock=clock,
+            clock=clock, params=params,
         )
 
 
@@ -174,17 +180,19 @@ API_OF_RELEASE: dict[str, str] = {
 }
 
 
-def classes_for(release: str, profile: str) -> tuple[type, type]:
-    """``(PrefillDelayer, PrefillDelayerSinglePassExecutor)`` for SGLang ``release``'s scheduler, deciding as ``profile``.
+def classes_for(release: str, profile: str, params: Optional[Mapping[str, Any]] = None) -> tuple[type, type]:
+    """``(PrefillDelayer, PrefillDelayerSinglePassExecutor)`` for SGLang ``release``'s scheduler, deciding as ``profile``
+    with ``params`` (its parameters SGLang keeps nowhere).
 
     ``release`` must be a key of ``API_OF_RELEASE`` (``KeyError`` otherwise);
-    ``profile`` is stored as given and validated when a delayer is built.
+    ``profile`` and ``params`` are stored as given and validated when a delayer is built.
     """
     delayer, executor = API_CLASSES[API_OF_RELEASE[release]]
     bound = type(
         "PrefillDelayer",
         (delayer,),
-        {"profile": profile, "__module__": delayer.__module__, "__qualname__": "PrefillDelayer",
+        {"profile": profile, "params": MappingProxyType(dict(params or {})), "__module__": delayer.__module__,
+         "__qualname__": "PrefillDelayer",
          "__doc__": f"{delayer.__doc__}\n\nBound to profile {profile!r} for SGLang {release}."},
     )
     return bound, executor

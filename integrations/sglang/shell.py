@@ -17,9 +17,9 @@ SGLang is imported when a delayer is built, never at import.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
-from types import SimpleNamespace
+from types import MappingProxyType, SimpleNamespace
 
 from ...runtime.delayer import PrefillDelayer as CoreDelayer
 from ...runtime.delayer import PrefillDelayerSinglePassExecutor as CoreExecutor
@@ -61,6 +61,7 @@ class ShellDelayer:
     """
 
     profile: str = CURRENT_PROFILE
+    params: Mapping[str, Any] = MappingProxyType({})  # the profile's parameters SGLang keeps nowhere (bound likewise)
     own_max_prefill_bs: Optional[DecayingMax] = None  # set by ``_build_core``
 
     def _build_core(
@@ -81,6 +82,7 @@ class ShellDelayer:
         profile: Optional[str],
         gather: Optional[GatherFn],
         clock: Optional[Callable[[], float]],
+        params: Optional[Mapping[str, Any]] = None,
     ) -> None:
         # ``settings`` is where the release reads them (``server_args`` or ``get_schedule()``).
         # The core reads the policy's parameters SGLang keeps there (``Param.server_arg``);
@@ -107,6 +109,7 @@ class ShellDelayer:
             profile=chosen,
             gather=gather,
             clock=clock,
+            params=params if params is not None else type(self).params,
             attn_cp_size=attn_cp_size,
             debug_log_enabled=debug_log_enabled,
         )
@@ -178,8 +181,8 @@ class PrefillDelayer(ShellDelayer):
     ``device`` when ``disable_overlap_schedule`` or
     ``SGLANG_NCCL_ALL_GATHER_IN_OVERLAP_SCHEDULER_SYNC_BATCH`` is set), and the
     queue ratio, ``prefill_delayer_max_delay_ms`` and ``prefill_max_requests``.
-    Keyword-only extras, as on the runtime: ``profile`` (default: the class's),
-    ``gather`` and ``clock``. Every value is validated (``ConfigError``); unlike
+    Keyword-only extras, as on the runtime: ``profile`` and ``params`` (default: the
+    class's), ``gather`` and ``clock``. Every value is validated (``ConfigError``); unlike
     SGLang, ``disable_overlap_schedule`` is not refused (see ``runtime.gather.default_gather``).
     """
 
@@ -193,6 +196,7 @@ class PrefillDelayer(ShellDelayer):
         profile: Optional[str] = None,
         gather: Optional[GatherFn] = None,
         clock: Optional[Callable[[], float]] = None,
+        params: Optional[Mapping[str, Any]] = None,
     ) -> None:
         from sglang.srt.runtime_context import get_parallel, get_schedule
 
@@ -214,6 +218,7 @@ class PrefillDelayer(ShellDelayer):
             profile=profile,
             gather=gather,
             clock=clock,
+            params=params,
         )
 
 

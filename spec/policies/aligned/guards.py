@@ -1,4 +1,4 @@
-"""The aligned policy's guards: the delayer's, two more that ask whether a delay is still worth it, and the
+"""The aligned policy's guards: the delayer's, three more that ask whether a delay is still worth it, and the
 delayer's force guard, which a busy rank holds back while the watermark is aligned's own (``busy``).
 
 A delayed mixed pass costs little while the ranks that cannot prefill run a
@@ -15,6 +15,7 @@ from typing import Any
 from ..sglang_delayer import guards as _delayer
 from ..sglang_delayer.properties import NO_DECODE_HOLD
 from .busy import busy_hold
+from .quorum import quorum_met
 
 _GUARD_ORDER = (
     "local_force", "wait_expired", "status_none", "status_all", "status_mixed", "exists_force", "below_cap",
@@ -56,8 +57,15 @@ def long_chunk(o: Any, c: Any, v: Any, s: Any) -> Any:
     return v.num_long_chunk > 0
 
 
-GUARD_NAMES = _GUARD_ORDER + ("wait_hidden", "long_chunk")
-TABLE_GUARDS = ("status_none", "status_all", "status_mixed", "exists_force", "below_cap", "delay_wanted", "wait_hidden",
-                "long_chunk")
+def quorum(o: Any, c: Any, v: Any, s: Any) -> Any:
+    """At least quorum_percent of the counted ranks have prefill work, but not all (the rule on): the hold would wait
+    for a request to reach a rank with none, costing the ready ranks' requests a pass each to save at most one pass's
+    attention term (``quorum``)."""
+    return quorum_met(o, c, v)
 
-__all__ = ["GUARD_NAMES", "NO_DECODE_HOLD", "TABLE_GUARDS", "exists_force", "long_chunk", "wait_hidden"]
+
+GUARD_NAMES = _GUARD_ORDER + ("wait_hidden", "long_chunk", "quorum")
+TABLE_GUARDS = ("status_none", "status_all", "status_mixed", "exists_force", "below_cap", "delay_wanted", "wait_hidden",
+                "long_chunk", "quorum")
+
+__all__ = ["GUARD_NAMES", "NO_DECODE_HOLD", "TABLE_GUARDS", "exists_force", "long_chunk", "quorum", "wait_hidden"]
