@@ -746,3 +746,41 @@ def test_in_sglangs_scheduler_the_quorum_allows_beside_an_idle_rank_and_holds_fo
     assert logged[1][QUORUM_FULL - 1]["waiting_at_start"] == 1 and not full["prefillable"] and full["has_work"] == 1
     assert rows[0][QUORUM_FULL - 1]["prefillable"] == 1
     assert _reasons(logged[0], QUORUM_FULL, QUORUM_FULL + NO_DECODE_HOLD) == ["delay"] * NO_DECODE_HOLD + ["no_decode"]
+
+
+def test_check_log_checks_the_quorum_run_with_the_parameter_it_logged(
+        quorum_run: tuple[list[list[dict[str, Any]]], Path], tmp_path: Path) -> None:
+    """The quorum run's decision logs carry quorum_percent in their configuration, and check-log replays them clean
+    with it; a copy with the quorum pass logged as a delay, or the full rank's reading logged as an empty queue, is a
+    conformance finding at that pass and rank."""
+    import shutil
+
+    from decision_log_harness import check_log, edit_pass
+
+    _, folder = quorum_run
+    rc, out, err = check_log(str(folder), "--json", str(tmp_path / "clean.json"))
+    assert rc == 0, out + err
+    report = json.loads((tmp_path / "clean.json").read_text())
+    assert "quorum" in report["decisions_by_reason"] and {c["status"] for c in report["checks"]} == {"ok"}
+    header = json.loads((folder / "rank1.jsonl").read_text().splitlines()[0])
+    assert header["config"]["quorum_percent"] == 50, header["config"]
+    reasons = header["enums"]["reason"]
+
+    def to_delay(values: list, columns: list) -> None:
+        assert values[columns.index("decision.output_reason")] == reasons.index("quorum")
+        values[columns.index("decision.output_allow")] = 0
+        values[columns.index("decision.output_reason")] = reasons.index("delay")
+
+    def empty_queue(values: list, columns: list) -> None:
+        assert values[columns.index("waiting_at_start")] == 1
+        values[columns.index("waiting_at_start")] = 0
+
+    for name, number, change in (("flipped", 1, to_delay), ("emptied", QUORUM_FULL, empty_queue)):
+        bad = tmp_path / name
+        shutil.copytree(folder, bad)
+        edit_pass(bad / "rank1.jsonl", number, change)
+        rc, out, err = check_log(str(bad), "--json", str(tmp_path / f"{name}.json"))
+        assert rc == 1, out + err
+        findings = json.loads((tmp_path / f"{name}.json").read_text())["findings"]
+        assert any(f["category"] == "conformance" and f["pass"] == number and f["ranks"] == [1] for f in findings), (
+            name, findings)
