@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import Any, Callable, cast
 
 from ...fields import BOOL, COUNT, MAX_COUNT, Field
 from ...glossary import VIEW as VIEW_SYMBOL, Symbol
@@ -102,31 +102,41 @@ def scope_ranges(fams: Any) -> str:
     return scope.scope_ranges(fams) + ", long_chunk_tokens off or any >= 1"
 
 
-def _with_chunk(o: Any, c: Any, inp: Any, long: Any) -> Any:
-    return PassInput(*inp, o.If(long, c.long_chunk_min, 0))
+@dataclass(frozen=True)
+class BitWitnesses:
+    """aggregate-view's witnesses for a row bit the view sums into ``count`` and one more input sets: ``base``'s
+    (the layer below), each row with the input ``set_input(o, c, inp, on)`` appends, where ``on`` says whether the row
+    has the bit. The witness row has it when ``v`` counts one; on a layout, counted rank g has it iff g < count (the
+    lowest ranks, as the layer below puts its prefillable ones); an idle row appends 0."""
+
+    base: Any
+    count: str
+    set_input: Callable[[Any, Any, Any, Any], Any]
+    input_cls: Any
+
+    def witness_row(self, o: Any, c: Any, v: Any) -> tuple[Any, Any]:
+        inp, local = self.base.witness_row(o, c, v)
+        return self.set_input(o, c, inp, getattr(v, self.count) >= 1), local
+
+    def split_view(self, o: Any, v: Any) -> Any:
+        less, n = self.base.split_view(o, v), getattr(v, self.count)
+        return less._replace(**{self.count: n - o.If(n >= 1, 1, 0)})
+
+    def idle_row(self, o: Any) -> tuple[Any, Any]:
+        inp, local = self.base.idle_row(o)
+        return self.input_cls(*inp, 0), local
+
+    def layout_witness(self, o: Any, c: Any, v: Any, group: int, counted: bool, groups: int) -> tuple[Any, Any]:
+        inp, local = self.base.layout_witness(o, c, v, group, counted, groups)
+        g = group if counted else groups
+        return self.set_input(o, c, inp, o.And(o.BoolVal(g < groups), g < getattr(v, self.count))), local
 
 
-def witness_row(o: Any, c: Any, v: Any) -> tuple[Any, Any]:
-    """The delayer's witness, mid-way through a long chunk when ``v`` has such a row (it is then prefillable)."""
-    inp, local = scope.witness_row(o, c, v)
-    return _with_chunk(o, c, inp, v.num_long_chunk >= 1), local
-
-
-def split_view(o: Any, v: Any) -> Any:
-    less = scope.split_view(o, v)
-    return less._replace(num_long_chunk=v.num_long_chunk - o.If(v.num_long_chunk >= 1, 1, 0))
-
-
-def idle_row(o: Any) -> tuple[Any, Any]:
-    inp, local = scope.idle_row(o)
-    return PassInput(*inp, 0), local
-
-
-def layout_witness(o: Any, c: Any, v: Any, group: int, counted: bool, groups: int) -> tuple[Any, Any]:
-    """The delayer's layout witness; counted rank g is mid-way through a long chunk iff g < num_long_chunk."""
-    inp, local = scope.layout_witness(o, c, v, group, counted, groups)
-    g = group if counted else groups
-    return _with_chunk(o, c, inp, o.And(o.BoolVal(g < groups), g < v.num_long_chunk)), local
+# The delayer's witnesses, mid-way through a long chunk where the row has the bit (it is then prefillable).
+_WITNESSES = BitWitnesses(scope, "num_long_chunk", lambda o, c, inp, long: PassInput(*inp, o.If(long, c.long_chunk_min, 0)),
+                          PassInput)
+witness_row, split_view = _WITNESSES.witness_row, _WITNESSES.split_view
+idle_row, layout_witness = _WITNESSES.idle_row, _WITNESSES.layout_witness
 
 
 def reference_row(o: Any, c: Any, inp: Any, s: Any) -> list:
@@ -137,13 +147,16 @@ def reference_row(o: Any, c: Any, inp: Any, s: Any) -> list:
 
 # ----- the decision log, traces and the simulator: the delayer's, with the reading ---------------------------------
 
-LOG = replace(
-    bindings.LOG,
-    readings=bindings.LOG.readings + ((CHUNK, CHUNK),),
-    inputs_from_row=lambda o, row, r: PassInput._make((*bindings.LOG.inputs_from_row(o, row, r), r[CHUNK])),
-)
-TRACE = replace(bindings.TRACE, inputs=bindings.TRACE.inputs + (CHUNK_FIELD,),
-                config=bindings.TRACE.config + ("long_chunk_tokens",))
+def with_reading(log: Any, trace: Any, field: Field, input_cls: Any, config_name: str) -> tuple[Any, Any]:
+    """The decision log's and the traces' schemas with one more input read from the scheduler: ``field``, logged as a
+    reading and appended to the inputs (``input_cls``), and ``config_name`` in a trace's configuration."""
+    name = field.name
+    new_log = replace(log, readings=log.readings + ((name, name),),
+                      inputs_from_row=lambda o, row, r: input_cls._make((*log.inputs_from_row(o, row, r), r[name])))
+    return new_log, replace(trace, inputs=trace.inputs + (field,), config=trace.config + (config_name,))
+
+
+LOG, TRACE = with_reading(bindings.LOG, bindings.TRACE, CHUNK_FIELD, PassInput, "long_chunk_tokens")
 
 _new = tuple.__new__
 

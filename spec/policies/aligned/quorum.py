@@ -29,7 +29,7 @@ configuration, extended, not restated.
 from __future__ import annotations
 
 from collections import namedtuple
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, cast
 
 from ...fields import BOOL, COUNT, Field
@@ -105,33 +105,11 @@ def scope_ranges(fams: Any) -> str:
     return busy.scope_ranges(fams) + ", quorum_percent off or any in [1, 100]"
 
 
-def _with_queue(o: Any, inp: Any, work: Any) -> Any:
-    return PassInput(*inp, o.If(work, 1, 0))
-
-
-def witness_row(o: Any, c: Any, v: Any) -> tuple[Any, Any]:
-    """``busy``'s witness, with one request queued when ``v`` has a row with work (it has when the witness is
-    prefillable: num_prefillable <= num_work)."""
-    inp, local = busy.witness_row(o, c, v)
-    return _with_queue(o, inp, v.num_work >= 1), local
-
-
-def split_view(o: Any, v: Any) -> Any:
-    less = busy.split_view(o, v)
-    return less._replace(num_work=v.num_work - o.If(v.num_work >= 1, 1, 0))
-
-
-def idle_row(o: Any) -> tuple[Any, Any]:
-    inp, local = busy.idle_row(o)
-    return PassInput(*inp, 0), local
-
-
-def layout_witness(o: Any, c: Any, v: Any, group: int, counted: bool, groups: int) -> tuple[Any, Any]:
-    """``busy``'s layout witness; counted rank g has a request queued iff g < num_work (the prefillable ones, g <
-    num_prefillable, among them)."""
-    inp, local = busy.layout_witness(o, c, v, group, counted, groups)
-    g = group if counted else groups
-    return _with_queue(o, inp, o.And(o.BoolVal(g < groups), g < v.num_work)), local
+# ``busy``'s witnesses, with one request queued where the row has work (a prefillable witness row or rank always has:
+# num_prefillable <= num_work, and both take the lowest ranks).
+_WITNESSES = chunk.BitWitnesses(busy, "num_work", lambda o, c, inp, work: PassInput(*inp, o.If(work, 1, 0)), PassInput)
+witness_row, split_view = _WITNESSES.witness_row, _WITNESSES.split_view
+idle_row, layout_witness = _WITNESSES.idle_row, _WITNESSES.layout_witness
 
 
 def reference_row(o: Any, c: Any, inp: Any, s: Any) -> list:
@@ -142,13 +120,7 @@ def reference_row(o: Any, c: Any, inp: Any, s: Any) -> list:
 
 # ----- the decision log, traces and the simulator: chunk's, with the reading ---------------------------------------
 
-LOG = replace(
-    chunk.LOG,
-    readings=chunk.LOG.readings + ((QUEUE, QUEUE),),
-    inputs_from_row=lambda o, row, r: PassInput._make((*chunk.LOG.inputs_from_row(o, row, r), r[QUEUE])),
-)
-TRACE = replace(chunk.TRACE, inputs=chunk.TRACE.inputs + (QUEUE_FIELD,),
-                config=chunk.TRACE.config + ("quorum_percent",))
+LOG, TRACE = chunk.with_reading(chunk.LOG, chunk.TRACE, QUEUE_FIELD, PassInput, "quorum_percent")
 
 _new = tuple.__new__
 
