@@ -29,8 +29,8 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import Any, Mapping, Optional
 from dataclasses import dataclass
+from typing import Any, Mapping, Optional
 
 from . import deferral, readings
 from .announce import PARAMS_ENV, PROFILE_ENV, announce
