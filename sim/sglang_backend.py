@@ -197,6 +197,7 @@ class SGLangGroup:
         from .engine import delayer_server_args
 
         delayer_args = delayer_server_args(config)
+        params = host_params(variant.profile, config.policy_params) if gather is not None else {}
         self.ranks: list[SGLangRank] = []
         for r in range(config.dp_size):
             delayer = None
@@ -204,7 +205,7 @@ class SGLangGroup:
                 delayer = PrefillDelayer_0_5_14(
                     config.dp_size, 1, None, delayer_args, config.max_delay_passes, config.token_usage_low_watermark,
                     outcomes[r], profile=variant.profile, gather=gather.gather_for(r), clock=clock,
-                    params=host_params(variant.profile, config.policy_params),
+                    params=params,
                 )
             rank = SGLangRank(r, build_scheduler(settings, server_args), delayer)
             if delayer is not None:

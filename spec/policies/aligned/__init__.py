@@ -144,7 +144,7 @@ QUORUM_FEATURE = Feature(
     before="a mixed pass delays while delayed_count < max_delay_passes - 1 (and, with no decode, the must-fire allows), "
     "however many counted ranks can prefill",
     after="with quorum_percent set, a mixed pass (no counted rank forcing) on which at least quorum_percent of the "
-    "counted ranks can prefill allows at once with quorum",
+    "counted ranks have prefill work (can prefill, or have requests queued), but not all, allows at once with quorum",
     why="a hold waits for work to reach the last few ranks and saves at most one pass's attention term, while every "
     "request on the ready ranks waits a pass per hold (chat with long outputs at 80% load, seed 0: TTFT p99 1.92 s -> "
     "1.02 s in the simulator at 75; on the suite aligned was designed on it changes no verdict, so it is off by default)",
@@ -157,8 +157,8 @@ PROFILES = (
     Profile(NAME, base.POLICY.features_of("hardened") | {NO_DECODE_FIRE, LONG_CHUNK_ALLOW, BUSY_HOLD, QUORUM_ALLOW}, (),
             "hardened's delayer; a mixed pass with no running decode batch anywhere allows at once (no_decode); an "
             "all pass beside a long chunk in flight allows at once (long_chunk); its own low-load watermark forces "
-            "nothing while some rank is busy; with quorum_percent set, a mixed pass most ranks can prefill on allows "
-            "at once (quorum)"),
+            "nothing while some rank is busy; with quorum_percent set, a mixed pass most ranks, but not all, have "
+            "prefill work for allows at once (quorum)"),
 )
 _NAMES = tuple(p.name for p in PROFILES)
 
@@ -187,8 +187,8 @@ PARAMETERS = tuple(
           "at once; None, 0 or below (SGLang's --chunked-prefill-size -1: no chunking) turn the rule off",
           lambda v: v is None or (is_int(v) and v <= MAX_COUNT), server_arg="chunked_prefill_size"),
     Param("quorum_percent", None,
-          "None (off) or an integer in [1, 100]: a mixed pass on which at least this percentage of the counted ranks "
-          "can prefill allows at once (quorum)",
+          "None (off) or an integer in [1, 100]: a mixed pass on which at least this percentage of the counted ranks, "
+          "but not all, have prefill work allows at once (quorum)",
           lambda v: v is None or (is_int(v) and 1 <= v <= 100)),
 )
 

@@ -15,7 +15,6 @@ from typing import Any
 from ..sglang_delayer import guards as _delayer
 from ..sglang_delayer.properties import NO_DECODE_HOLD
 from .busy import busy_hold
-from .quorum import quorum_met
 
 _GUARD_ORDER = (
     "local_force", "wait_expired", "status_none", "status_all", "status_mixed", "exists_force", "below_cap",
@@ -58,10 +57,10 @@ def long_chunk(o: Any, c: Any, v: Any, s: Any) -> Any:
 
 
 def quorum(o: Any, c: Any, v: Any, s: Any) -> Any:
-    """At least quorum_percent of the counted ranks have prefill work, but not all (the rule on): the hold would wait
-    for a request to reach a rank with none, costing the ready ranks' requests a pass each to save at most one pass's
-    attention term (``quorum``)."""
-    return quorum_met(o, c, v)
+    """At least quorum_percent of the counted ranks have prefill work, but not all (the rule on; in integers, so
+    exact): the hold would wait for a request to reach a rank with none, costing the ready ranks' requests a pass
+    each to save at most one pass's attention term (``quorum``)."""
+    return o.And(c.quorum_on, o.Not(v.num_work * 100 < c.quorum_min * v.n), v.num_work < v.n)
 
 
 GUARD_NAMES = _GUARD_ORDER + ("wait_hidden", "long_chunk", "quorum")

@@ -69,12 +69,6 @@ SYMBOLS = busy.SYMBOLS + (
 )
 
 
-def quorum_met(o: Any, c: Any, v: Any) -> Any:
-    """The rule is on, and at least ``quorum_percent`` percent of the counted ranks have prefill work, but not all
-    (in integers: exact): the ranks the hold waits for have nothing queued."""
-    return o.And(c.quorum_on, o.Not(v.num_work * 100 < c.quorum_min * v.n), v.num_work < v.n)
-
-
 def view_domain(o: Any, c: Any, v: Any) -> list:
     """``busy``'s, and: a prefillable row has work, and no more rows have work than are counted."""
     return [*busy.view_domain(o, c, v), v.num_prefillable <= v.num_work, v.num_work <= v.n]
@@ -135,5 +129,5 @@ def sim_idle(facts: Any) -> Any:
 
 
 __all__ = ["INPUTS", "LOG", "PassInput", "QUEUE", "QUEUE_FIELD", "ROW", "SYMBOLS", "TRACE", "VIEW", "View",
-           "config_domain", "idle_row", "layout_witness", "local_row", "quorum_met", "reference_row", "scope_ranges",
+           "config_domain", "idle_row", "layout_witness", "local_row", "reference_row", "scope_ranges",
            "sim_idle", "sim_inputs", "split_view", "sym_config", "view_domain", "witness_row"]
