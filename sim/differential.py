@@ -6,8 +6,8 @@ step): both calibration scenarios, Poisson under and over saturation, bursty
 arrivals, prompts longer than the chunk close to the KV capacity (with 64-token
 pages), the model fixes' own cases (health checks on the shared rotation with
 ``total_requests`` dispatch, mixed chunks, the seed's starvation), ``aligned``
-over saturation, where its busy rule decides and with its opt-in quorum, and no
-delayer. ``compare``
+over saturation, where its busy rule decides, with its opt-in quorum and with its
+opt-in chunk hold, and no delayer. ``compare``
 runs one on both backends and says where their per-pass records first differ
 (which ranks negotiated, with which inputs and verdicts, what each admitted and
 prefilled, what finished) and how far apart the summary metrics are;
@@ -91,6 +91,10 @@ WORKLOADS: dict[str, Case] = {
                            Poisson(rate=12.0, prompt=Lengths(500, 4000), output=Lengths(100, 400)), "aligned",
                            "aligned with quorum_percent 75 near saturation: a mixed pass 3 of 4 ranks have work for "
                            "allows, a rank queuing behind a full batch has work (the queue it reads)"),
+    "aligned-chunk-hold": Case(SimConfig(**{**_SMALL, "policy_params": (("chunk_hold_tokens", 2048),)}),
+                               Poisson(rate=4.0, prompt=Lengths(500, 16000), output=Lengths(20, 200)), "aligned",
+                               "aligned with chunk_hold_tokens 2048 on prompts of up to 4 chunks: a refused chunk with "
+                               "more than 2,048 tokens left is parked at add_chunked_req (the plugin's AROUND hook)"),
     "off": Case(SimConfig(**_SMALL), Poisson(rate=6.0, prompt=Lengths(500, 4000), output=Lengths(20, 200)), "off",
                 "no delayer"),
 }

@@ -37,7 +37,6 @@ from ..integrations.sglang.cpu_scheduler import (
     import_scheduler,
     publish_context,
 )
-from ..integrations.sglang import readings
 from ..integrations.sglang.releases import PrefillDelayer_0_5_14
 from ..integrations.sglang.shell import PrefillDelayerSinglePassExecutor
 from .config import SimConfig, Variant
@@ -193,11 +192,11 @@ class SGLangGroup:
         scheduler_module.time = SimulatedTime(clock)
         recorders: dict[int, Callable[[NegotiateArgs, bool], None]] = {}
         scheduler_module.PrefillDelayerSinglePassExecutor = _recording_executor(recorders)
-        self._hooked = _hook_readings(variant.profile) if gather is not None else []
         from .engine import delayer_server_args
 
         delayer_args = delayer_server_args(config)
         params = host_params(variant.profile, config.policy_params) if gather is not None else {}
+        self._hooked = _hook_readings(variant.profile, params) if gather is not None else []
         self.ranks: list[SGLangRank] = []
         for r in range(config.dp_size):
             delayer = None
@@ -301,19 +300,13 @@ def host_params(profile: str, sets: Any) -> dict[str, Any]:
     return out
 
 
-def _hook_readings(profile: str) -> list[tuple[Any, str, Any]]:
-    """The profile's readings hooked on 0.5.23's scheduler classes, as the plugin hooks them; what to put back."""
-    from ..spec.registry import policy_of
+def _hook_readings(profile: str, params: dict[str, Any]) -> list[tuple[Any, str, Any]]:
+    """The profile's readings (and its chunk hold, if ``params`` set one) hooked on 0.5.23's scheduler classes, as
+    the plugin hooks them; what to put back."""
+    from ..integrations.sglang.plugin import hook_readings, resolve
 
-    host = policy_of(profile).host
-    names = tuple(f.name for f in host.reads) if host is not None else ()
-    hooked = []
-    for reading in readings.readings_for(names, "0.5.23"):
-        owner, method = readings.target_owner(reading), reading.target.rpartition(".")[2]
-        original = owner.__dict__[method]
-        hooked.append((owner, method, original))
-        setattr(owner, method, readings.wrap(original, reading.hook_for("0.5.23")))
-    return hooked
+    choice = resolve(profile, params)
+    return hook_readings(choice, choice.reads)
 
 
 def _recording_executor(recorders: dict[int, Callable[[NegotiateArgs, bool], None]]) -> type:

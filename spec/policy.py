@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from .fields import BOOL, COUNT, Field
 
@@ -390,6 +390,17 @@ class HostBinding:
     # ``finalize(actual_prefill_bs=)`` (SGLang 0.5.18 on) and negotiates with in place of the scheduler's argument;
     # None: the scheduler's
     own_max_prefill_bs: Optional[str] = None
+    # (the policy's configuration) -> the prompt tokens left above which a refusal also holds this rank's chunk in
+    # flight (``holds_chunk``; the plugin parks it at ``add_chunked_req``, which reads ``chunk_tokens_left``); None:
+    # the chunk goes on whatever the verdict, as SGLang's ``add_chunked_req`` does
+    chunk_hold: Callable[[Any], Optional[int]] = lambda c: None
+
+
+def holds_chunk(threshold: Optional[int], tokens_left: int) -> bool:
+    """Whether a refusal holds a chunk in flight with ``tokens_left`` prompt tokens left, under a hold threshold
+    (``HostBinding.chunk_hold``; None: no hold): while more than the threshold is left, what the plugin and the
+    simulator both apply."""
+    return threshold is not None and tokens_left > threshold
 
 
 @dataclass(frozen=True)
@@ -403,8 +414,9 @@ class SimBinding:
     outcome: Callable[[Any], tuple] = lambda d: ("", d.output_allow, d.output_reason, 0)  # (estimation, allow, reason, forward_passes)
     colours: Mapping[str, str] = field(default_factory=dict)  # reason -> colour in the simulator's timeline plot
     # whether a refusal also holds a chunked prefill in progress (its next chunk waits); False: the chunk goes on
-    # whatever the verdict, as SGLang's add_chunked_req does
-    gates_partial_chunk: bool = False
+    # whatever the verdict, as SGLang's add_chunked_req does; or (the policy's configuration, the rank's facts) -> that,
+    # pass by pass (``aligned``'s opt-in hold, ``HostBinding.chunk_hold``)
+    gates_partial_chunk: Union[bool, Callable[[Any, Any], bool]] = False
     # (decision) -> the pass is a prefill phase on every rank: a rank without a prefill batch idles instead of
     # decoding; None: a rank that does not prefill decodes
     prefill_phase: Optional[Callable[[Any], bool]] = None

@@ -276,23 +276,29 @@ def test_a_broken_busy_guard_or_row_is_refuted(monkeypatch: pytest.MonkeyPatch) 
     assert bad == {"aggregate-view": "refuted"}, bad
 
 
-def test_on_the_long_short_mix_the_busy_rule_holds_what_the_watermark_gave_away() -> None:
-    """The suite's long-short mix at seed 1: with the rule off the low-load watermark forces beside half-full ranks
-    and the TTFT p99 is 11.0 s; with it, 7.0 s. Below the watermark's load (DP=16) nothing moves."""
+def _measure(suite: str, workload: str, seed: int, *sets: str) -> Any:
+    """aligned's row on one workload of a suite at the suite's load, with ``--set`` values (simulate's own path)."""
     import argparse
 
     from prefill_delayer.sim import suite_run
     from prefill_delayer.sim.options import add_arguments, settings
     from prefill_delayer.sim.suite import SUITES
 
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    argv = ["--suite", suite, "--seed", str(seed)] + [x for kv in sets for x in ("--set", kv)]
+    s, given = settings(parser.parse_args(argv))
+    spec = next(w for w in SUITES[suite] if w.name == workload)
+    case, variants = suite_run.plan(spec, ["aligned"], s, given)
+    return suite_run.measure(case, variants[0])
+
+
+def test_on_the_long_short_mix_the_busy_rule_holds_what_the_watermark_gave_away() -> None:
+    """The suite's long-short mix at seed 1: with the rule off the low-load watermark forces beside half-full ranks
+    and the TTFT p99 is 11.0 s; with it, 7.0 s. Below the watermark's load (DP=16) nothing moves."""
+
     def p99(workload: str, seed: int, *sets: str) -> float:
-        parser = argparse.ArgumentParser()
-        add_arguments(parser)
-        argv = ["--suite", "default", "--seed", str(seed)] + [x for kv in sets for x in ("--set", kv)]
-        s, given = settings(parser.parse_args(argv))
-        spec = next(w for w in SUITES["default"] if w.name == workload)
-        case, variants = suite_run.plan(spec, ["aligned"], s, given)
-        return suite_run.measure(case, variants[0]).ttft_p99_s
+        return _measure("default", workload, seed, *sets).ttft_p99_s  # type: ignore[no-any-return]
 
     assert p99("long-short", 1) < 0.7 * p99("long-short", 1, "busy_watermark=none")
     assert p99("dp16", 0) == p99("dp16", 0, "busy_watermark=none")
@@ -485,20 +491,8 @@ def test_in_the_simulator_the_quorum_cuts_the_holds_below_saturation_and_keeps_t
     """Chat with long outputs at 80% load (held out, seed 0): the holds on mixed passes most ranks are ready for wait
     for arrivals, and the quorum at 75 takes TTFT p99 from 1.92 s to 1.02 s; at saturation (Poisson at 100%) the ranks
     that cannot prefill have requests queued, the quorum seldom fires, and the group serves within 0.5% as much."""
-    import argparse
-
-    from prefill_delayer.sim import suite_run
-    from prefill_delayer.sim.options import add_arguments, settings
-    from prefill_delayer.sim.suite import SUITES
-
     def measure(suite: str, workload: str, *sets: str) -> Any:
-        parser = argparse.ArgumentParser()
-        add_arguments(parser)
-        argv = ["--suite", suite] + [x for kv in sets for x in ("--set", kv)]
-        s, given = settings(parser.parse_args(argv))
-        spec = next(w for w in SUITES[suite] if w.name == workload)
-        case, variants = suite_run.plan(spec, ["aligned"], s, given)
-        return suite_run.measure(case, variants[0])
+        return _measure(suite, workload, 0, *sets)
 
     plain, quorum = measure("held-out", "chat-long-out"), measure("held-out", "chat-long-out", "quorum_percent=75")
     assert quorum.ttft_p99_s < 0.6 * plain.ttft_p99_s, (plain.ttft_p99_s, quorum.ttft_p99_s)
@@ -524,8 +518,52 @@ def test_the_delayer_takes_the_policys_own_parameters_and_refuses_what_sglang_se
 
     assert delayer(quorum_percent=75).config.quorum_percent == 75
     assert delayer().config.quorum_percent is None
+    assert delayer(chunk_hold_tokens=4096).config.chunk_hold_tokens == 4096
+    assert delayer().config.chunk_hold_tokens is None
     for bad in ({"long_chunk_tokens": 100}, {"max_delay_passes": 4}, {"nope": 1}):
-        with pytest.raises(ConfigError, match="those are: busy_watermark, low_load_watermark, quorum_percent"):
+        with pytest.raises(ConfigError,
+                           match="those are: busy_watermark, chunk_hold_tokens, low_load_watermark, quorum_percent"):
             delayer(**bad)
     with pytest.raises(ConfigError, match="quorum_percent"):
         delayer(quorum_percent=0)
+    for bad_hold in (-1, 1.5, "4096"):
+        with pytest.raises(ConfigError, match="chunk_hold_tokens"):
+            delayer(chunk_hold_tokens=bad_hold)
+
+
+# ----- the chunk hold (opt-in): a refusal holds the chunk in flight too -------------------------------------------
+
+
+def test_with_chunk_hold_tokens_a_refused_chunk_waits_while_more_than_that_is_left() -> None:
+    """In the simulator (4 ranks, 4,096-token chunks, prompts of 500-16,000): without the hold every refused chunk
+    prefills anyway, as SGLang's add_chunked_req goes on; with chunk_hold_tokens=2048 a refused chunk with more than
+    2,048 tokens left prefills nothing that pass, and one with less goes on (its last piece)."""
+    from prefill_delayer.sim.config import SimConfig, Variant
+    from prefill_delayer.sim.engine import run_variant
+    from prefill_delayer.sim.trackers import own_tracker
+    from prefill_delayer.sim.workload import Lengths, Poisson
+
+    def refused_chunks(*params: tuple[str, Any]) -> list[tuple[tuple[int, int], ...]]:
+        config = SimConfig(dp_size=4, max_running_requests=32, max_total_tokens=200_000, chunked_prefill_size=4096,
+                           max_prefill_tokens=8192, passes=400, trace=True, policy_params=params)
+        run = run_variant(config, Variant.of("aligned", tracker=own_tracker("aligned")),
+                          Poisson(rate=4.0, prompt=Lengths(500, 16000), output=Lengths(20, 200)))
+        return [t.prefilled for ranks in run.trace for t in ranks if t.chunk and t.verdict is False]
+
+    plain = refused_chunks()
+    assert plain and all(plain), "a refused chunk goes on whatever the verdict"
+    held = refused_chunks(("chunk_hold_tokens", 2048))
+    parked = [p for p in held if not p]
+    went_on = [p for p in held if p]
+    assert parked and went_on, (len(parked), len(went_on))
+    assert all(len(p) == 1 and p[0][1] <= 2048 for p in went_on), went_on  # only the chunk's last piece, nothing else
+
+
+def test_on_the_long_short_mix_the_chunk_hold_cuts_the_tail_and_moves_no_short_prompt_workload() -> None:
+    """The suite's long-short mix at seed 0: chunk_hold_tokens=4096 takes the TTFT p99 from 6.69 s to 5.46 s (ATOM's
+    coalescer, which holds chunks too, 7.24 s); bursty arrivals of short prompts leave no chunk with over 4,096 tokens
+    left, and do not move."""
+    plain, held = _measure("default", "long-short", 0), _measure("default", "long-short", 0, "chunk_hold_tokens=4096")
+    assert held.ttft_p99_s < 0.85 * plain.ttft_p99_s, (plain.ttft_p99_s, held.ttft_p99_s)
+    assert held.input_tok_s > 0.995 * plain.input_tok_s
+    assert _measure("default", "bursty", 0, "chunk_hold_tokens=4096").ttft_p99_s == _measure("default", "bursty", 0).ttft_p99_s

@@ -109,8 +109,10 @@ def test_the_plugin_sets_the_profiles_own_parameters_and_stops_on_a_bad_one() ->
         ("quorum_percent=0", "PREFILL_DELAYER_PARAMS: invalid quorum_percent=0: expected None (off) or an integer in "
                              "[1, 100]"),
         ("long_chunk_tokens=100", "PREFILL_DELAYER_PARAMS: 'long_chunk_tokens' is not a parameter of profile 'aligned' "
-                                  "that SGLang leaves to the policy (those are: busy_watermark, low_load_watermark, "
-                                  "quorum_percent)"),
+                                  "that SGLang leaves to the policy (those are: busy_watermark, chunk_hold_tokens, "
+                                  "low_load_watermark, quorum_percent)"),
+        ("chunk_hold_tokens=-1", "PREFILL_DELAYER_PARAMS: invalid chunk_hold_tokens=-1: expected None (off) or an "
+                                 "integer in [0, "),
         ("busy_watermark=0.2", "PREFILL_DELAYER_PARAMS: busy_watermark=0.2 must be above low_load_watermark=0.28"),
         ("quorum_percent", "PREFILL_DELAYER_PARAMS: expected NAME=VALUE, got 'quorum_percent'"),
         ("quorum_percent=50,quorum_percent=75", "PREFILL_DELAYER_PARAMS: quorum_percent given twice"),
@@ -219,6 +221,73 @@ def test_install_hooks_aligneds_readings_and_refuses_where_they_do_not_load() ->
     # the installed SGLang is 0.5.23: its executor keeps aligned's own max_prefill_bs, and the line says so
     assert ("; max_prefill_bs: its own decay mark, from the executor's finalize(actual_prefill_bs=), in place of the "
             "scheduler's") in done.stderr
+
+
+def test_install_holds_a_refused_chunk_at_add_chunked_req_with_chunk_hold_tokens() -> None:
+    """With chunk_hold_tokens set, install("aligned") hooks add_chunked_req AROUND: it hands the chunk's tokens left to
+    the pass's executor, and while more than the threshold is left it negotiates first, with add_chunked_req's own
+    arguments; on a refusal it returns the request unadded without running the method (SGLang's parked chunk).
+    Otherwise, at or below the threshold, for a diffusion LM's chunk, or with no delayer, the method runs as it
+    would. The line names the hold."""
+    done = run_python("""
+        import json, logging, sys, types
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
+        from prefill_delayer.integrations.sglang import install
+        seen = []
+        class PrefillAdder:  # schedule_policy's, as far as the hook reads it
+            def __init__(self, executor, dllm_config=None):
+                self.prefill_delayer_single_pass = executor
+                self.dllm_config = dllm_config
+                self.running_batch = types.SimpleNamespace(batch_size=lambda: 3)
+                self.max_prefill_bs, self.max_running_requests, self.waiting_queue_len = 5, 8, 2
+            def add_chunked_req(self, req):
+                seen.append("method")
+                return None
+        module = types.ModuleType("sglang.srt.managers.schedule_policy")
+        module.PrefillAdder = PrefillAdder
+        sys.modules[module.__name__] = module
+        class Scheduler:
+            def _get_new_batch_prefill_raw(self, prefill_delayer_single_pass, running_batch):
+                return None, running_batch
+            def _should_defer_prefill(self, running_batch):
+                return False
+        module = types.ModuleType("sglang.srt.managers.scheduler")
+        module.Scheduler = Scheduler
+        sys.modules[module.__name__] = module
+        install("aligned", params={"chunk_hold_tokens": 500})
+        install("aligned", params={"chunk_hold_tokens": 500})
+        class Executor:
+            def __init__(self, allow):
+                self.allow = allow
+            def read_from_scheduler(self, name, value):
+                seen.append((name, value))
+            def negotiate_should_allow_prefill(self, **kwargs):
+                seen.append(sorted(kwargs.items()))
+                return self.allow
+        def chunk(left):
+            return types.SimpleNamespace(full_untruncated_fill_ids=[5] * (256 + left), prefix_len=256)
+        results = []
+        for executor, left, dllm in [(Executor(False), 744, None), (Executor(True), 744, None),
+                                     (Executor(False), 500, None), (Executor(False), 744, "dllm"), (None, 744, None)]:
+            seen.append("--")
+            req = chunk(left)
+            results.append(PrefillAdder(executor, dllm).add_chunked_req(req) is req)
+        print(json.dumps({"seen": seen, "results": results}))
+    """, {})
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    asked = [["local_prefillable", True], ["max_prefill_bs", 5], ["max_running_requests", 8], ["running_batch", 3],
+             ["waiting_queue_len", 2]]
+    assert out["seen"] == [
+        "--", ["chunk_tokens_left", 744], asked,  # refused, more than 500 left: parked, the method never runs
+        "--", ["chunk_tokens_left", 744], asked, "method",  # allowed: the method adds the chunk
+        "--", ["chunk_tokens_left", 500], "method",  # at the threshold: no hold, SGLang's call negotiates
+        "--", ["chunk_tokens_left", 744], "method",  # a diffusion LM's chunk is never held
+        "--", "method",  # no delayer this pass
+    ], out["seen"]
+    assert out["results"] == [True, False, False, False, False], out["results"]
+    assert ("PrefillAdder.add_chunked_req hooked: reads chunk_tokens_left; a refusal parks the chunk while more than "
+            "500 prompt tokens are left") in done.stderr, done.stderr
 
 
 def test_install_replaces_by_hand_and_refuses_a_bad_profile_without_replacing() -> None:

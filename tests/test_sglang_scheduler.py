@@ -536,6 +536,50 @@ def quorum_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[list[dict
                                     QUORUM_PASSES), tag="-quorum", env={"PREFILL_DELAYER_PARAMS": "quorum_percent=50"})
 
 
+# The chunk hold inside SGLang's scheduler, set through the plugin (PREFILL_DELAYER_PARAMS=chunk_hold_tokens=300; the
+# chunk is 256). Rank 0 decodes a long request from pass 1, and rank 1's three-chunk prompt starts then too; with
+# nothing queued on rank 0 rank 1's passes are mixed and held, and a short request on rank 0 at HOLD_JOIN and
+# HOLD_JOIN_AGAIN makes a pass both ranks prefill in.
+HOLD_JOIN, HOLD_JOIN_AGAIN, HOLD_PASSES = 4, 7, 12
+HOLD_ARRIVALS = {1: ([LONG], [[CHUNKED_PROMPT, SHORT]]), HOLD_JOIN: ([SHORT], []), HOLD_JOIN_AGAIN: ([SHORT], [])}
+
+
+@pytest.fixture(scope="module")
+def hold_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[list[list[dict[str, Any]]], Path]]:
+    """The plan with and without chunk_hold_tokens=300."""
+    tmp = tmp_path_factory.mktemp("hold")
+    return {tag: _cpu_scheduler_processes("aligned", tmp, plan=cpu_plan(HOLD_ARRIVALS, HOLD_PASSES), tag=f"-{tag}",
+                                          env=env)
+            for tag, env in (("held", {"PREFILL_DELAYER_PARAMS": "chunk_hold_tokens=300"}), ("plain", {}))}
+
+
+def test_in_sglangs_scheduler_the_chunk_hold_parks_a_refused_chunk_until_the_group_prefills(
+        hold_runs: dict[str, tuple[list[list[dict[str, Any]]], Path]], tmp_path: Path) -> None:
+    """chunk_hold_tokens, set through the plugin, in SGLang's own scheduler: while rank 0 has nothing queued, rank 1's
+    chunk in flight is refused and parked (its tokens left stay 744, then 488; no extend batch), and it prefills in
+    the pass a short request on rank 0 makes an all pass, beside it. At 232 left, not more than the threshold, it goes
+    on though refused, as every refused chunk does without the hold; the request then decodes and finishes. Without
+    the hold the chunk runs alone, and rank 0's second short request waits. check-log replays the held run clean."""
+    from decision_log_harness import check_log
+
+    (held, held_folder), (plain, plain_folder) = hold_runs["held"], hold_runs["plain"]
+    logged, plain_logged = _logged(held_folder), _logged(plain_folder)
+    chunk = [(held[1][p]["chunk_left"], held[1][p]["extend"]) for p in range(2, 9)]
+    assert chunk == [(744, False), (744, False), (744, True), (488, False), (488, False), (488, True), (232, True)], chunk
+    assert _reasons(logged[1], 2, 8) == ["delay", "delay", "wait_success", "delay", "delay", "wait_success", "delay"]
+    for joined in (HOLD_JOIN, HOLD_JOIN_AGAIN):  # rank 0's short request prefills in the same pass as the chunk
+        assert held[0][joined]["extend"] and held[1][joined]["extend"]
+    assert held[1][9]["running"] == 1 and not held[1][9]["chunked"] and held[1][HOLD_PASSES]["running"] == 0
+    assert [(plain[1][p]["chunk_left"], plain[1][p]["extend"]) for p in range(2, 5)] == [(744, True), (488, True),
+                                                                                          (232, True)]
+    assert _reasons(plain_logged[1], 2, 3) == ["delay", "delay"]  # refused, and the chunk went on
+    assert not plain[0][HOLD_JOIN_AGAIN]["extend"] and plain[0][HOLD_PASSES]["waiting"] == 1
+    header = json.loads((held_folder / "rank1.jsonl").read_text().splitlines()[0])
+    assert header["config"]["chunk_hold_tokens"] == 300, header["config"]
+    rc, out, err = check_log(str(held_folder), "--json", str(tmp_path / "held.json"))
+    assert rc == 0, out + err
+
+
 def _logged(folder: Path) -> list[list[dict[str, Any]]]:
     from decision_log_harness import pass_dicts
 

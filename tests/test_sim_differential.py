@@ -111,6 +111,20 @@ def test_the_aligned_quorum_case_is_one_where_the_quorum_decides_and_the_queue_r
     assert any(t.negotiated is None and t.queue > 0 for row in on.trace for t in row)
 
 
+def test_the_aligned_chunk_hold_case_is_one_where_chunks_are_parked() -> None:
+    # Model only: the case is worth running against SGLang's scheduler only if a refusal parks a chunk there, one the
+    # run without the hold prefills, and if some refused chunk is at or below the threshold and goes on.
+    from prefill_delayer.sim.engine import run_variant
+
+    case = WORKLOADS["aligned-chunk-hold"]
+    on = run_variant(case.config, case.variant(), case.workload)
+    refused = [t for row in on.trace for t in row if t.chunk and t.verdict is False]
+    assert any(not t.prefilled for t in refused), "no refused chunk is parked in the aligned-chunk-hold case"
+    assert any(t.prefilled for t in refused), "every refused chunk of the aligned-chunk-hold case is parked"
+    off = run_variant(case.config.replace(policy_params=()), case.variant(), case.workload)
+    assert all(t.prefilled for row in off.trace for t in row if t.chunk and t.verdict is False)
+
+
 def test_simulate_on_sglangs_scheduler_runs_aligned_with_its_own_parameter_and_refuses_sglangs(
         scheduler_here: None, capsys: pytest.CaptureFixture[str]) -> None:
     # --scheduler sglang runs aligned with the tracker its delayer keeps (not refused as aligned+window), and --set

@@ -12,7 +12,9 @@ hooks ``Scheduler._should_defer_prefill`` (AFTER): a deferred pass takes part in
 the delayer's all-gather (``deferral``), and the line says so. A profile that
 reads inputs from the scheduler itself (``HostBinding.reads``: ``aligned``'s chunk
 in flight and queue) gets a BEFORE hook where each is read (``readings``), and the
-line names it; a release where one cannot be read is refused.
+line names it; a release where one cannot be read is refused. A profile whose
+configuration holds a refused chunk (``aligned``'s ``chunk_hold_tokens``) gets the
+chunk's reading and the hold as one AROUND hook instead (``chunk_hold``).
 ``PREFILL_DELAYER_PARAMS`` (``NAME=VALUE[,NAME=VALUE]``) sets the profile's
 parameters that SGLang keeps nowhere (``aligned``'s ``quorum_percent``, say),
 checked at start-up; the line names them.
@@ -32,7 +34,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from . import deferral, readings
+from . import chunk_hold, deferral, readings
 from .announce import PARAMS_ENV, PROFILE_ENV, announce
 
 INSTALLED = "sglang"  # the value that means: the installed release's own profile
@@ -53,6 +55,7 @@ class Choice:
     reads: tuple = ()  # the profile's readings of the scheduler in this release (``readings.Reading``)
     max_prefill_bs: str = ""  # where the profile's max_prefill_bs comes from, when not the scheduler's argument as is
     params: tuple = ()  # (name, value) of the profile's parameters SGLang keeps nowhere, as given
+    chunk_hold: Optional[int] = None  # the tokens left above which a refusal parks the chunk (``chunk_hold``); None: no hold
 
     def classes(self) -> tuple[type, type]:
         from .releases import classes_for
@@ -121,16 +124,20 @@ def resolve(setting: str, params: Optional[Mapping[str, Any]] = None) -> Choice:
     except ValueError as err:
         raise PluginError(f"profile {profile!r}: {err}") from None
     given = dict(params or {})
-    if given:
-        from ...runtime.delayer import check_params
+    policy = policy_of(profile)
+    try:
+        if given:
+            from ...runtime.delayer import check_params
 
-        try:
             check_params(profile, given)
-            # the whole configuration at SGLang's defaults: the checks between parameters too (busy above the watermark)
-            policy_of(profile).config_cls(profile=profile, dp_size=1, enable_dp_attention=True, **given)
-        except ConfigError as err:
-            raise ConfigError(f"{PARAMS_ENV}: {err}") from None
-    return Choice(setting, profile, version, tuple(reads), _max_prefill_bs(profile, version), tuple(given.items()))
+        # the whole configuration at SGLang's defaults: the checks between parameters too (busy above the watermark)
+        config = policy.config_cls(profile=profile, dp_size=1, enable_dp_attention=True, **given)
+    except ConfigError as err:
+        raise ConfigError(f"{PARAMS_ENV}: {err}") from None
+    hold = policy.host.chunk_hold(config)
+    if hold is not None and not any(r.target == chunk_hold.TARGET for r in reads):
+        raise PluginError(f"profile {profile!r} holds a refused chunk at {chunk_hold.TARGET}, which it does not read")
+    return Choice(setting, profile, version, tuple(reads), _max_prefill_bs(profile, version), tuple(given.items()), hold)
 
 
 def _max_prefill_bs(profile: str, release: str) -> str:
@@ -183,15 +190,25 @@ def register() -> None:
             HookRegistry.register(deferral.TARGET, deferral.skip_deferred_pass, HookType.AFTER)
         reads = _readings(choice, readings.scheduler_loaded())
         for reading in reads:
-            HookRegistry.register(reading.target, reading.hook_for(choice.release), HookType.BEFORE)
+            if _holds_at(choice, reading):  # the chunk's reading and the hold in one hook: it negotiates first
+                HookRegistry.register(reading.target, chunk_hold.around_for(reading, choice.release, choice.chunk_hold),
+                                      HookType.AROUND)
+            else:
+                HookRegistry.register(reading.target, reading.hook_for(choice.release), HookType.BEFORE)
     except Exception as err:  # noqa: BLE001 - any failure stops the process: never SGLang's delayer instead
         raise SystemExit(f"prefill-delayer: {PROFILE_ENV}={setting!r}: {err}") from err
-    announce(choice.release, choice.profile, choice.setting, "plugin", guarded, _shown(reads), choice.max_prefill_bs,
-             choice.params)
+    announce(choice.release, choice.profile, choice.setting, "plugin", guarded, _shown(choice, reads),
+             choice.max_prefill_bs, choice.params)
 
 
-def _shown(reads: tuple) -> tuple[tuple[str, str], ...]:
-    return tuple((r.name, r.where) for r in reads)
+def _holds_at(choice: Choice, reading: Any) -> bool:
+    """The reading is where the profile's chunk hold (when set) takes hold: ``add_chunked_req``."""
+    return choice.chunk_hold is not None and reading.target == chunk_hold.TARGET
+
+
+def _shown(choice: Choice, reads: tuple) -> tuple[tuple[str, str], ...]:
+    return tuple((r.name + (f"; {chunk_hold.shown(choice.chunk_hold)}" if _holds_at(choice, r) else ""), r.where)
+                 for r in reads)
 
 
 def install(profile: str = INSTALLED, params: Optional[Mapping[str, Any]] = None) -> tuple[type, type]:
@@ -225,9 +242,23 @@ def install(profile: str = INSTALLED, params: Optional[Mapping[str, Any]] = None
     if guarded:
         scheduler = sys.modules[deferral.SCHEDULER_MODULE].Scheduler
         scheduler._should_defer_prefill = deferral.guard(scheduler._should_defer_prefill)
+    hook_readings(choice, reads)
+    announce(choice.release, choice.profile, choice.setting, "install", guarded, _shown(choice, reads),
+             choice.max_prefill_bs, choice.params)
+    return new
+
+
+def hook_readings(choice: Choice, reads: tuple) -> list[tuple[Any, str, Any]]:
+    """Each of ``reads`` hooked on its method in place, as the framework would hook it (BEFORE; the chunk hold's
+    AROUND where it takes hold): ``install``'s way, and the simulator's. Returns (class, method, what was there)."""
+    hooked = []
     for reading in reads:
         owner, method = readings.target_owner(reading), reading.target.rpartition(".")[2]
-        setattr(owner, method, readings.wrap(getattr(owner, method), reading.hook_for(choice.release)))
-    announce(choice.release, choice.profile, choice.setting, "install", guarded, _shown(reads), choice.max_prefill_bs,
-             choice.params)
-    return new
+        original = getattr(owner, method)
+        if _holds_at(choice, reading):
+            new = chunk_hold.wrap(original, chunk_hold.around_for(reading, choice.release, choice.chunk_hold))
+        else:
+            new = readings.wrap(original, reading.hook_for(choice.release))
+        setattr(owner, method, new)
+        hooked.append((owner, method, original))
+    return hooked
