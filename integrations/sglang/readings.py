@@ -3,7 +3,8 @@
 A policy declares them (``HostBinding.reads``); each has here the scheduler
 method it is read at, a BEFORE hook that reads it there and hands it to the
 pass's executor (``read_from_scheduler``), and the releases whose code the hook
-was read against. Two so far, both ``aligned``'s:
+was read against. Two so far, both ``aligned``'s (with ``aligned``'s chunk hold
+set, the chunk's is read by the hold's AROUND hook instead, ``chunk_hold``):
 
 ``chunk_tokens_left`` (``aligned``): the prompt tokens left of this rank's
 chunked request in flight. ``Scheduler.get_new_batch_prefill`` calls
