@@ -114,6 +114,7 @@ class PolicyCore:
         self._pure = Step(c, self._step.table)
         self._state = policy.init
         self._passes = 0
+        self._flat: Optional[Sequence[int]] = None  # the last pass's gathered rows (``pass_view``)
         # The stamp of the pass this rank is on, 1 + the passes it ended (finalize): the pass number is its low bits
         # (``Envelope.stamp``), so finalize adds 1, and the stamp after pass PASS_MASK's wraps to pass 0 (mod 2**40,
         # as the rows carry it). An all-reduce's core, whose row carries no stamp, keeps the bare pass number so.
@@ -150,6 +151,13 @@ class PolicyCore:
         return _compiled_pass(self.policy.name)
 
     # ----- state -------------------------------------------------------------
+
+    def pass_view(self) -> Any:
+        """The view this rank's last pass decided from (every rank's row, as the step reads them): for a host's action
+        on the verdict that reads the group (``HostBinding.chunk_hold_waits``), off the hot path."""
+        if self._flat is None:
+            raise RuntimeError("no pass has negotiated on this core yet: there is no view")
+        return self._pure.view(self.envelope.policy_rows(self._flat))
 
     @property
     def state(self) -> Any:
@@ -352,6 +360,7 @@ def negotiate(self, {params}):
             self._log.failed(pass_number, now, self._inputs_dict(({args},)), flat, state, failure)
         raise
     decision = step.negotiate(state, now, {local}flat)
+    self._flat = flat
     if self._shadow is not None:
         self._crosscheck(state, now, ({args},), flat, decision)
     self._state = decision.next_state

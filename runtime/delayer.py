@@ -288,6 +288,12 @@ class PrefillDelayerSinglePassExecutor:
     def _called(self) -> bool:
         return self._result is not None
 
+    def pass_view(self) -> Any:
+        """The view this pass negotiated on (``PolicyCore.pass_view``): for the plugin's action on a refusal."""
+        if self._result is None:
+            raise RuntimeError("this pass has not negotiated: there is no view yet")
+        return self._prefill_delayer.core.pass_view()
+
     def finalize(self, *, actual_prefill: bool) -> None:
         result = self._result
         delayer = self._prefill_delayer

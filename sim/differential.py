@@ -91,10 +91,12 @@ WORKLOADS: dict[str, Case] = {
                            Poisson(rate=12.0, prompt=Lengths(500, 4000), output=Lengths(100, 400)), "aligned",
                            "aligned with quorum_percent 75 near saturation: a mixed pass 3 of 4 ranks have work for "
                            "allows, a rank queuing behind a full batch has work (the queue it reads)"),
-    "aligned-chunk-hold": Case(SimConfig(**{**_SMALL, "policy_params": (("chunk_hold_tokens", 2048),)}),
-                               Poisson(rate=4.0, prompt=Lengths(500, 16000), output=Lengths(20, 200)), "aligned",
-                               "aligned with chunk_hold_tokens 2048 on prompts of up to 4 chunks: a refused chunk with "
-                               "more than 2,048 tokens left is parked at add_chunked_req (the plugin's AROUND hook)"),
+    "aligned-chunk-hold": Case(SimConfig(**{**_SMALL, "max_running_requests": 16,
+                                            "policy_params": (("chunk_hold_tokens", 2048),)}),
+                               Poisson(rate=6.0, prompt=Lengths(500, 16000), output=Lengths(20, 200)), "aligned",
+                               "aligned with chunk_hold_tokens 2048 on prompts of up to 4 chunks, 16 running slots: a "
+                               "refused chunk with more than 2,048 tokens left, every rank with work, is parked at "
+                               "add_chunked_req (the plugin's AROUND hook); beside a rank with none it goes on"),
     "off": Case(SimConfig(**_SMALL), Poisson(rate=6.0, prompt=Lengths(500, 4000), output=Lengths(20, 200)), "off",
                 "no delayer"),
 }

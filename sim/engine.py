@@ -92,12 +92,14 @@ class HealthProbes:
 
 
 def delayer_server_args(config: SimConfig) -> ServerArgs:
-    """The settings every rank's delayer reads (SGLang's ``--prefill-delayer-*`` and ``--prefill-max-requests``)."""
+    """The settings every rank's delayer reads (SGLang's ``--prefill-delayer-*``, ``--prefill-max-requests`` and
+    ``--chunked-prefill-size``, which ``aligned``'s plugin delayer reads as its ``long_chunk_tokens``)."""
     return ServerArgs(
         enable_dp_attention=True,
         prefill_delayer_queue_min_ratio=config.queue_min_ratio,
         prefill_delayer_max_delay_ms=config.max_delay_ms,
         prefill_max_requests=config.prefill_max_requests,
+        chunked_prefill_size=config.chunked_prefill_size,
     )
 
 

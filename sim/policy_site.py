@@ -131,9 +131,9 @@ class PolicySite:
     @property
     def gates_partial_chunk(self) -> bool:
         """Whether this pass's refusal holds the chunk in progress too (the binding's declaration, or its rule on the
-        policy's configuration and this pass's facts)."""
+        policy's core after the refusal and this pass's facts)."""
         gates = self.binding.gates_partial_chunk
-        return bool(gates(self.core.config, self._facts)) if callable(gates) else bool(gates)
+        return bool(gates(self.core, self._facts)) if callable(gates) else bool(gates)
 
     def prefill_phase(self) -> bool:
         """After ``finalize``: whether the pass's decision makes it a prefill phase, where a rank without a

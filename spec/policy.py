@@ -394,13 +394,21 @@ class HostBinding:
     # flight (``holds_chunk``; the plugin parks it at ``add_chunked_req``, which reads ``chunk_tokens_left``); None:
     # the chunk goes on whatever the verdict, as SGLang's ``add_chunked_req`` does
     chunk_hold: Callable[[Any], Optional[int]] = lambda c: None
+    # (the refused pass's view) -> whether a chunk past that threshold waits for this group (read after the refusal)
+    chunk_hold_waits: Callable[[Any], bool] = lambda v: True
 
 
 def holds_chunk(threshold: Optional[int], tokens_left: int) -> bool:
-    """Whether a refusal holds a chunk in flight with ``tokens_left`` prompt tokens left, under a hold threshold
-    (``HostBinding.chunk_hold``; None: no hold): while more than the threshold is left, what the plugin and the
-    simulator both apply."""
+    """Whether a refusal may hold a chunk in flight with ``tokens_left`` prompt tokens left, under a hold threshold
+    (``HostBinding.chunk_hold``; None: no hold): while more than the threshold is left. The plugin asks it before it
+    negotiates, and ``HostBinding.chunk_hold_waits`` after the refusal (``chunk_held``, the two in one)."""
     return threshold is not None and tokens_left > threshold
+
+
+def chunk_held(host: "HostBinding", config: Any, tokens_left: int, view: Callable[[], Any]) -> bool:
+    """After a refusal: whether it holds the rank's chunk in flight, by the host's threshold on ``config`` and its
+    test of the pass's ``view`` (called only past the threshold). What the simulator applies; the plugin the same."""
+    return holds_chunk(host.chunk_hold(config), tokens_left) and host.chunk_hold_waits(view())
 
 
 @dataclass(frozen=True)
@@ -414,8 +422,8 @@ class SimBinding:
     outcome: Callable[[Any], tuple] = lambda d: ("", d.output_allow, d.output_reason, 0)  # (estimation, allow, reason, forward_passes)
     colours: Mapping[str, str] = field(default_factory=dict)  # reason -> colour in the simulator's timeline plot
     # whether a refusal also holds a chunked prefill in progress (its next chunk waits); False: the chunk goes on
-    # whatever the verdict, as SGLang's add_chunked_req does; or (the policy's configuration, the rank's facts) -> that,
-    # pass by pass (``aligned``'s opt-in hold, ``HostBinding.chunk_hold``)
+    # whatever the verdict, as SGLang's add_chunked_req does; or (the rank's policy core after the refusal, the rank's
+    # facts) -> that, pass by pass (``aligned``'s opt-in hold: ``chunk_held``)
     gates_partial_chunk: Union[bool, Callable[[Any, Any], bool]] = False
     # (decision) -> the pass is a prefill phase on every rank: a rank without a prefill batch idles instead of
     # decoding; None: a rank that does not prefill decodes

@@ -534,33 +534,37 @@ def test_the_delayer_takes_the_policys_own_parameters_and_refuses_what_sglang_se
 # ----- the chunk hold (opt-in): a refusal holds the chunk in flight too -------------------------------------------
 
 
-def test_with_chunk_hold_tokens_a_refused_chunk_waits_while_more_than_that_is_left() -> None:
-    """In the simulator (4 ranks, 4,096-token chunks, prompts of 500-16,000): without the hold every refused chunk
-    prefills anyway, as SGLang's add_chunked_req goes on; with chunk_hold_tokens=2048 a refused chunk with more than
-    2,048 tokens left prefills nothing that pass, and one with less goes on (its last piece)."""
+def test_with_chunk_hold_tokens_a_refused_chunk_waits_while_more_than_that_is_left_and_every_rank_has_work() -> None:
+    """In the simulator (4 ranks, 4,096-token chunks, prompts of 500-16,000, 6 a second): without the hold every
+    refused chunk prefills anyway, as SGLang's add_chunked_req goes on. With chunk_hold_tokens=2048 a refused chunk
+    prefills nothing that pass only when every rank has prefill work (a call site reached, or requests queued); a
+    refused chunk that goes on with more than 2,048 tokens left does so beside a rank with none."""
     from prefill_delayer.sim.config import SimConfig, Variant
     from prefill_delayer.sim.engine import run_variant
     from prefill_delayer.sim.trackers import own_tracker
     from prefill_delayer.sim.workload import Lengths, Poisson
 
-    def refused_chunks(*params: tuple[str, Any]) -> list[tuple[tuple[int, int], ...]]:
+    def refused_chunks(*params: tuple[str, Any]) -> list[tuple[Any, bool]]:
+        """Each refused chunk's prefill that pass, and whether every rank had work then."""
         config = SimConfig(dp_size=4, max_running_requests=32, max_total_tokens=200_000, chunked_prefill_size=4096,
                            max_prefill_tokens=8192, passes=400, trace=True, policy_params=params)
         run = run_variant(config, Variant.of("aligned", tracker=own_tracker("aligned")),
-                          Poisson(rate=4.0, prompt=Lengths(500, 16000), output=Lengths(20, 200)))
-        return [t.prefilled for ranks in run.trace for t in ranks if t.chunk and t.verdict is False]
+                          Poisson(rate=6.0, prompt=Lengths(500, 16000), output=Lengths(20, 200)))
+        return [(t.prefilled, all(r.negotiated is not None or r.queue > 0 for r in ranks))
+                for ranks in run.trace for t in ranks if t.chunk and t.verdict is False]
 
     plain = refused_chunks()
-    assert plain and all(plain), "a refused chunk goes on whatever the verdict"
+    assert plain and all(prefilled for prefilled, _ in plain), "a refused chunk goes on whatever the verdict"
     held = refused_chunks(("chunk_hold_tokens", 2048))
-    parked = [p for p in held if not p]
-    went_on = [p for p in held if p]
-    assert parked and went_on, (len(parked), len(went_on))
-    assert all(len(p) == 1 and p[0][1] <= 2048 for p in went_on), went_on  # only the chunk's last piece, nothing else
+    parked = [work for prefilled, work in held if not prefilled]
+    beside_idle = [prefilled for prefilled, work in held if prefilled and prefilled[0][1] > 2048]
+    assert parked and all(parked), "a chunk is parked only while every rank has work"
+    assert beside_idle and not any(work for prefilled, work in held if prefilled and prefilled[0][1] > 2048)
+    assert all(len(prefilled) == 1 for prefilled, _ in held if prefilled)  # the chunk alone: nothing else admitted
 
 
 def test_on_the_long_short_mix_the_chunk_hold_cuts_the_tail_and_moves_no_short_prompt_workload() -> None:
-    """The suite's long-short mix at seed 0: chunk_hold_tokens=4096 takes the TTFT p99 from 6.69 s to 5.46 s (ATOM's
+    """The suite's long-short mix at seed 0: chunk_hold_tokens=4096 takes the TTFT p99 from 6.69 s to 5.55 s (ATOM's
     coalescer, which holds chunks too, 7.24 s); bursty arrivals of short prompts leave no chunk with over 4,096 tokens
     left, and do not move."""
     plain, held = _measure("default", "long-short", 0), _measure("default", "long-short", 0, "chunk_hold_tokens=4096")

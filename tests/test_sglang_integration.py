@@ -226,9 +226,9 @@ def test_install_hooks_aligneds_readings_and_refuses_where_they_do_not_load() ->
 def test_install_holds_a_refused_chunk_at_add_chunked_req_with_chunk_hold_tokens() -> None:
     """With chunk_hold_tokens set, install("aligned") hooks add_chunked_req AROUND: it hands the chunk's tokens left to
     the pass's executor, and while more than the threshold is left it negotiates first, with add_chunked_req's own
-    arguments; on a refusal it returns the request unadded without running the method (SGLang's parked chunk).
-    Otherwise, at or below the threshold, for a diffusion LM's chunk, or with no delayer, the method runs as it
-    would. The line names the hold."""
+    arguments; on a refusal whose view has every counted rank with prefill work it returns the request unadded
+    without running the method (SGLang's parked chunk). Otherwise (a rank with no work, allowed, at or below the
+    threshold, a diffusion LM's chunk, or no delayer) the method runs as it would. The line names the hold."""
     done = run_python("""
         import json, logging, sys, types
         logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
@@ -257,18 +257,22 @@ def test_install_holds_a_refused_chunk_at_add_chunked_req_with_chunk_hold_tokens
         install("aligned", params={"chunk_hold_tokens": 500})
         install("aligned", params={"chunk_hold_tokens": 500})
         class Executor:
-            def __init__(self, allow):
-                self.allow = allow
+            def __init__(self, allow, work=2):
+                self.allow, self.work = allow, work
             def read_from_scheduler(self, name, value):
                 seen.append((name, value))
             def negotiate_should_allow_prefill(self, **kwargs):
                 seen.append(sorted(kwargs.items()))
                 return self.allow
+            def pass_view(self):  # aligned's test: every counted rank has prefill work
+                seen.append("view")
+                return types.SimpleNamespace(num_work=self.work, n=2)
         def chunk(left):
             return types.SimpleNamespace(full_untruncated_fill_ids=[5] * (256 + left), prefix_len=256)
         results = []
-        for executor, left, dllm in [(Executor(False), 744, None), (Executor(True), 744, None),
-                                     (Executor(False), 500, None), (Executor(False), 744, "dllm"), (None, 744, None)]:
+        for executor, left, dllm in [(Executor(False), 744, None), (Executor(False, work=1), 744, None),
+                                     (Executor(True), 744, None), (Executor(False), 500, None),
+                                     (Executor(False), 744, "dllm"), (None, 744, None)]:
             seen.append("--")
             req = chunk(left)
             results.append(PrefillAdder(executor, dllm).add_chunked_req(req) is req)
@@ -279,13 +283,14 @@ def test_install_holds_a_refused_chunk_at_add_chunked_req_with_chunk_hold_tokens
     asked = [["local_prefillable", True], ["max_prefill_bs", 5], ["max_running_requests", 8], ["running_batch", 3],
              ["waiting_queue_len", 2]]
     assert out["seen"] == [
-        "--", ["chunk_tokens_left", 744], asked,  # refused, more than 500 left: parked, the method never runs
+        "--", ["chunk_tokens_left", 744], asked, "view",  # refused, over 500 left, all have work: parked, no method
+        "--", ["chunk_tokens_left", 744], asked, "view", "method",  # refused, but a rank with no work: it goes on
         "--", ["chunk_tokens_left", 744], asked, "method",  # allowed: the method adds the chunk
         "--", ["chunk_tokens_left", 500], "method",  # at the threshold: no hold, SGLang's call negotiates
         "--", ["chunk_tokens_left", 744], "method",  # a diffusion LM's chunk is never held
         "--", "method",  # no delayer this pass
     ], out["seen"]
-    assert out["results"] == [True, False, False, False, False], out["results"]
+    assert out["results"] == [True, False, False, False, False, False], out["results"]
     assert ("PrefillAdder.add_chunked_req hooked: reads chunk_tokens_left; a refusal parks the chunk while more than "
             "500 prompt tokens are left") in done.stderr, done.stderr
 

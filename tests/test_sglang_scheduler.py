@@ -537,11 +537,10 @@ def quorum_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[list[dict
 
 
 # The chunk hold inside SGLang's scheduler, set through the plugin (PREFILL_DELAYER_PARAMS=chunk_hold_tokens=300; the
-# chunk is 256). Rank 0 decodes a long request from pass 1, and rank 1's three-chunk prompt starts then too; with
-# nothing queued on rank 0 rank 1's passes are mixed and held, and a short request on rank 0 at HOLD_JOIN and
-# HOLD_JOIN_AGAIN makes a pass both ranks prefill in.
-HOLD_JOIN, HOLD_JOIN_AGAIN, HOLD_PASSES = 4, 7, 12
-HOLD_ARRIVALS = {1: ([LONG], [[CHUNKED_PROMPT, SHORT]]), HOLD_JOIN: ([SHORT], []), HOLD_JOIN_AGAIN: ([SHORT], [])}
+# chunk is 256). Nine short requests on rank 0 fill its 8 running slots and leave one queued, beside rank 1's
+# three-chunk prompt; once the eight finish, the ninth is admitted (HOLD_FREED).
+HOLD_FREED, HOLD_PASSES = 5, 16
+HOLD_ARRIVALS = {1: ([SHORT] * (CPU_RANK["max_running_requests"] + 1), [[CHUNKED_PROMPT, SHORT]])}
 
 
 @pytest.fixture(scope="module")
@@ -555,25 +554,29 @@ def hold_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[list[
 
 def test_in_sglangs_scheduler_the_chunk_hold_parks_a_refused_chunk_until_the_group_prefills(
         hold_runs: dict[str, tuple[list[list[dict[str, Any]]], Path]], tmp_path: Path) -> None:
-    """chunk_hold_tokens, set through the plugin, in SGLang's own scheduler: while rank 0 has nothing queued, rank 1's
-    chunk in flight is refused and parked (its tokens left stay 744, then 488; no extend batch), and it prefills in
-    the pass a short request on rank 0 makes an all pass, beside it. At 232 left, not more than the threshold, it goes
-    on though refused, as every refused chunk does without the hold; the request then decodes and finishes. Without
-    the hold the chunk runs alone, and rank 0's second short request waits. check-log replays the held run clean."""
+    """chunk_hold_tokens, set through the plugin, in SGLang's own scheduler: while rank 0's running batch is full with
+    a request queued (it has work it cannot admit), rank 1's chunk in flight is refused and parked (744 tokens left,
+    no extend batch); once rank 0's slots free, both prefill in one pass, the chunk beside rank 0's queued request. Then
+    rank 0 has nothing queued, and the chunk, refused again with 488 left, goes on: the hold would wait for an arrival.
+    The request finishes. Without the hold the chunk runs alone while refused, and rank 0's queued request waits for a
+    pass of its own. check-log replays the held run clean, with the parameter in its configuration."""
     from decision_log_harness import check_log
 
     (held, held_folder), (plain, plain_folder) = hold_runs["held"], hold_runs["plain"]
     logged, plain_logged = _logged(held_folder), _logged(plain_folder)
-    chunk = [(held[1][p]["chunk_left"], held[1][p]["extend"]) for p in range(2, 9)]
-    assert chunk == [(744, False), (744, False), (744, True), (488, False), (488, False), (488, True), (232, True)], chunk
-    assert _reasons(logged[1], 2, 8) == ["delay", "delay", "wait_success", "delay", "delay", "wait_success", "delay"]
-    for joined in (HOLD_JOIN, HOLD_JOIN_AGAIN):  # rank 0's short request prefills in the same pass as the chunk
-        assert held[0][joined]["extend"] and held[1][joined]["extend"]
-    assert held[1][9]["running"] == 1 and not held[1][9]["chunked"] and held[1][HOLD_PASSES]["running"] == 0
+    chunk = [(held[1][p]["chunk_left"], held[1][p]["extend"]) for p in range(2, HOLD_FREED + 3)]
+    assert chunk == [(744, False), (744, False), (744, False), (744, True), (488, True), (232, True)], chunk
+    assert _reasons(logged[1], 2, HOLD_FREED + 2) == ["delay"] * 3 + ["wait_success", "delay", "delay"]
+    for p in range(2, HOLD_FREED):  # rank 0 full, one queued: it has work, so the refused chunk waits for it
+        assert held[0][p]["running"] == CPU_RANK["max_running_requests"] and logged[0][p - 1]["waiting_at_start"] == 1
+    assert held[0][HOLD_FREED]["extend"] and held[1][HOLD_FREED]["extend"]  # the chunk beside rank 0's ninth request
+    assert logged[0][HOLD_FREED]["waiting_at_start"] == 0  # the next pass: rank 0 has nothing queued, the chunk went on
+    assert held[1][HOLD_PASSES]["running"] == 0 and not held[1][HOLD_PASSES]["chunked"]
     assert [(plain[1][p]["chunk_left"], plain[1][p]["extend"]) for p in range(2, 5)] == [(744, True), (488, True),
                                                                                           (232, True)]
-    assert _reasons(plain_logged[1], 2, 3) == ["delay", "delay"]  # refused, and the chunk went on
-    assert not plain[0][HOLD_JOIN_AGAIN]["extend"] and plain[0][HOLD_PASSES]["waiting"] == 1
+    assert _reasons(plain_logged[1], 2, 4) == ["delay"] * 3  # refused, and the chunk went on
+    waited = next(p for p in range(HOLD_FREED, HOLD_PASSES + 1) if plain[0][p]["extend"])
+    assert waited > HOLD_FREED, "without the hold rank 0's queued request prefills in a pass of its own, later"
     header = json.loads((held_folder / "rank1.jsonl").read_text().splitlines()[0])
     assert header["config"]["chunk_hold_tokens"] == 300, header["config"]
     rc, out, err = check_log(str(held_folder), "--json", str(tmp_path / "held.json"))

@@ -9,8 +9,9 @@ prefill pass instead. The plugin hooks that method AROUND, in place of the
 chunk reading's BEFORE hook (``readings``, whose value it reads the same way).
 The hook hands the reading to the pass's executor, and while more than the
 threshold is left it negotiates first, with the arguments that
-``add_chunked_req`` negotiates with. On a refusal it returns the request
-unadded, without running the method.
+``add_chunked_req`` negotiates with. On a refusal whose view the policy's test
+holds for (``HostBinding.chunk_hold_waits``: for ``aligned``, every counted rank
+has prefill work), it returns the request unadded, without running the method.
 
 That return is SGLang's own "parked chunk": ``add_chunked_req`` returns the
 request unadded when a hybrid-SWA model has no chunk budget, and
@@ -38,9 +39,9 @@ _HOLD = "_prefill_delayer_chunk_hold"
 Around = Callable[..., Any]
 
 
-def around_for(reading: Reading, release: str, threshold: int) -> Around:
+def around_for(reading: Reading, release: str, threshold: int, waits: Callable[[Any], bool]) -> Around:
     """The AROUND hook for ``release``: the chunk reading, then the hold of a refused chunk with more than
-    ``threshold`` prompt tokens left."""
+    ``threshold`` prompt tokens left, where ``waits`` (``HostBinding.chunk_hold_waits``) holds for the pass's view."""
     from ...spec.policy import holds_chunk  # here, not at import: the plugin's modules import the standard library only
 
     read, name = reading.read[release], reading.name
@@ -57,7 +58,7 @@ def around_for(reading: Reading, release: str, threshold: int) -> Around:
                     max_prefill_bs=adder.max_prefill_bs,
                     max_running_requests=adder.max_running_requests,
                     waiting_queue_len=adder.waiting_queue_len,
-                )):
+                ) and waits(executor.pass_view())):
             return args[0] if args else kwargs["req"]  # parked: the chunk's next round waits for a pass that allows
         return original(adder, *args, **kwargs)
 

@@ -191,14 +191,21 @@ def register() -> None:
         reads = _readings(choice, readings.scheduler_loaded())
         for reading in reads:
             if _holds_at(choice, reading):  # the chunk's reading and the hold in one hook: it negotiates first
-                HookRegistry.register(reading.target, chunk_hold.around_for(reading, choice.release, choice.chunk_hold),
-                                      HookType.AROUND)
+                HookRegistry.register(reading.target, _hold_hook(choice, reading), HookType.AROUND)
             else:
                 HookRegistry.register(reading.target, reading.hook_for(choice.release), HookType.BEFORE)
     except Exception as err:  # noqa: BLE001 - any failure stops the process: never SGLang's delayer instead
         raise SystemExit(f"prefill-delayer: {PROFILE_ENV}={setting!r}: {err}") from err
     announce(choice.release, choice.profile, choice.setting, "plugin", guarded, _shown(choice, reads),
              choice.max_prefill_bs, choice.params)
+
+
+def _hold_hook(choice: Choice, reading: Any) -> Any:
+    """The chunk hold's AROUND hook for the choice's release, threshold and the policy's test of the view."""
+    from ...spec.registry import policy_of
+
+    assert choice.chunk_hold is not None
+    return chunk_hold.around_for(reading, choice.release, choice.chunk_hold, policy_of(choice.profile).host.chunk_hold_waits)
 
 
 def _holds_at(choice: Choice, reading: Any) -> bool:
@@ -256,7 +263,7 @@ def hook_readings(choice: Choice, reads: tuple) -> list[tuple[Any, str, Any]]:
         owner, method = readings.target_owner(reading), reading.target.rpartition(".")[2]
         original = getattr(owner, method)
         if _holds_at(choice, reading):
-            new = chunk_hold.wrap(original, chunk_hold.around_for(reading, choice.release, choice.chunk_hold))
+            new = chunk_hold.wrap(original, _hold_hook(choice, reading))
         else:
             new = readings.wrap(original, reading.hook_for(choice.release))
         setattr(owner, method, new)

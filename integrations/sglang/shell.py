@@ -241,6 +241,10 @@ class PassExecutor:
         """An input the plugin reads from the scheduler itself (``readings``), for this pass."""
         self._pass.read_from_scheduler(name, value)
 
+    def pass_view(self) -> Any:
+        """The view this pass negotiated on, for the plugin's chunk hold (``chunk_hold``)."""
+        return self._pass.pass_view()
+
     def negotiate_should_allow_prefill(
         self,
         local_prefillable: bool,

@@ -49,12 +49,12 @@ a rank with none (chat with long outputs at 80% load: TTFT p99 1.92 s -> 1.02 s 
 75). On the suite ``aligned`` was designed on it changes no verdict.
 The chunk hold, off unless ``chunk_hold_tokens`` is set, is an action, not a rule:
 no verdict changes. A refusal also holds this rank's chunk in flight while more than
-that many of its prompt tokens are left, so the chunk waits for the group's next
-prefill pass instead of running one of its own (``chunk.chunk_hold``; the plugin
-parks it at ``add_chunked_req``, ``integrations/sglang/chunk_hold``). ATOM's
-coalescer holds its chunks so, and owes its lead on the long-short mix to it
-(docs/simulation.md); at 4,096 that mix's TTFT p99 falls by 2-22% (6.69 s -> 5.46 s
-at seed 0), and a uniform mix of 500-16,000-token prompts at light load pays for it.
+that many of its prompt tokens are left and every counted rank has prefill work, so
+the chunk waits for the group's next prefill pass instead of running one of its own
+(``chunk.chunk_hold``, ``quorum.all_have_work``; the plugin parks it at
+``add_chunked_req``, ``integrations/sglang/chunk_hold``). ATOM's coalescer holds its
+chunks so, and owes its lead on the long-short mix to it (docs/simulation.md); at
+4,096 that mix's TTFT p99 falls by 4-22% (6.69 s -> 5.55 s at seed 0).
 
 Its slot trigger negotiates with SGLang 0.5.17's ``max_prefill_bs``, the largest batch
 admitted decayed ×0.998 a pass (``spec.trackers.DecayingMax``), not with the window of the
@@ -85,7 +85,7 @@ from ...config import is_int, is_real
 from ...errors import ConfigError
 from ...fields import MAX_COUNT
 from ...monitors import PassRule
-from ...policy import PROVED, Feature, Invariant, Param, Profile
+from ...policy import PROVED, Feature, Invariant, Param, Profile, chunk_held
 from ...table import NEGOTIATE, Transition, lits, resolve
 from ...trackers import DECAY
 from .. import sglang_delayer as base
@@ -388,6 +388,13 @@ def _settings(c: Any) -> str:
 
 
 B = base.POLICY.proof
+HOST = replace(bindings.HOST, reads=(chunk.CHUNK_FIELD, quorum.QUEUE_FIELD), debug_line=_debug_line, settings=_settings,
+               own_max_prefill_bs=OWN_MAX_PREFILL_BS, chunk_hold=chunk.chunk_hold, chunk_hold_waits=quorum.all_have_work)
+
+
+def _sim_chunk_held(core: Any, facts: Any) -> bool:
+    """``SimBinding.gates_partial_chunk``: the host's chunk hold (``chunk_held``) on the simulated chunk's tokens left."""
+    return chunk_held(HOST, core.config, facts.chunk_tokens_left, core.pass_view)
 
 
 def bmc_config(o: Any, c: Any) -> tuple[list, Any]:
@@ -440,10 +447,9 @@ POLICY = replace(
                   sym_config=quorum.sym_config, config_domain=quorum.config_domain, scope_ranges=quorum.scope_ranges,
                   witness_row=quorum.witness_row, split_view=quorum.split_view, idle_row=quorum.idle_row,
                   layout_witness=quorum.layout_witness),
-    host=replace(bindings.HOST, reads=(chunk.CHUNK_FIELD, quorum.QUEUE_FIELD), debug_line=_debug_line,
-                 settings=_settings, own_max_prefill_bs=OWN_MAX_PREFILL_BS, chunk_hold=chunk.chunk_hold),
+    host=HOST,
     sim=replace(bindings.SIM, inputs=quorum.sim_inputs, idle_inputs=quorum.sim_idle, params=chunk.sim_params,
-                gates_partial_chunk=chunk.sim_holds_chunk,
+                gates_partial_chunk=_sim_chunk_held,
                 colours={**bindings.SIM.colours, NO_DECODE: "#17becf", LONG_CHUNK: "#8c564b", QUORUM: "#bcbd22"}),
     symbols=base.POLICY.symbols + quorum.SYMBOLS,
     extras={"docs": {

@@ -32,7 +32,7 @@ from typing import Any, Callable, Optional, cast
 
 from ...fields import BOOL, COUNT, MAX_COUNT, Field
 from ...glossary import VIEW as VIEW_SYMBOL, Symbol
-from ...policy import Agg, holds_chunk
+from ...policy import Agg
 from ..sglang_delayer import bindings, reference, row as base_row, scope
 from ..sglang_delayer.variables import INPUTS as BASE_INPUTS, PassInput as BasePassInput
 
@@ -167,17 +167,13 @@ def sim_params(settings: Any) -> dict[str, Any]:
 
 
 def chunk_hold(config: Any) -> Optional[int]:
-    """The opt-in chunk hold (``HostBinding.chunk_hold``): with ``chunk_hold_tokens`` set, a refusal also holds this
-    rank's chunk in flight while more than that many of its prompt tokens are left, so that the chunk waits for the
-    group's next prefill pass with the rank's queue instead of running a prefill pass of its own (the long-short mix:
-    docs/simulation.md). SGLang's ``add_chunked_req`` goes on whatever the verdict; the plugin parks the chunk there,
-    as SGLang's own hybrid-SWA early return does. It changes no verdict, so no proof reads it."""
+    """The opt-in chunk hold's threshold (``HostBinding.chunk_hold``): with ``chunk_hold_tokens`` set, a refusal also
+    holds this rank's chunk in flight while more than that many of its prompt tokens are left, and every counted rank
+    has prefill work (``quorum.all_have_work``), so that the chunk waits for the group's next prefill pass with the
+    rank's queue instead of running a prefill pass of its own (the long-short mix: docs/simulation.md). SGLang's
+    ``add_chunked_req`` goes on whatever the verdict; the plugin parks the chunk there, as SGLang's own hybrid-SWA
+    early return does. It changes no verdict, so no proof reads it."""
     return config.chunk_hold_tokens  # type: ignore[no-any-return]
-
-
-def sim_holds_chunk(config: Any, facts: Any) -> bool:
-    """``SimBinding.gates_partial_chunk``: the hold's rule on the simulated chunk's tokens left."""
-    return holds_chunk(config.chunk_hold_tokens, facts.chunk_tokens_left)
 
 
 def sim_inputs(facts: Any) -> Any:

@@ -69,6 +69,13 @@ SYMBOLS = busy.SYMBOLS + (
 )
 
 
+def all_have_work(view: Any) -> bool:
+    """The chunk hold's test of a refused pass (``HostBinding.chunk_hold_waits``): every counted rank has prefill
+    work, so a held chunk waits for ranks that join as soon as they can; where some rank has nothing queued, the hold
+    would wait for a request to reach it, and the chunk goes on."""
+    return bool(view.num_work == view.n)
+
+
 def view_domain(o: Any, c: Any, v: Any) -> list:
     """``busy``'s, and: a prefillable row has work, and no more rows have work than are counted."""
     return [*busy.view_domain(o, c, v), v.num_prefillable <= v.num_work, v.num_work <= v.n]
