@@ -6,8 +6,8 @@ step): both calibration scenarios, Poisson under and over saturation, bursty
 arrivals, prompts longer than the chunk close to the KV capacity (with 64-token
 pages), the model fixes' own cases (health checks on the shared rotation with
 ``total_requests`` dispatch, mixed chunks, the seed's starvation), ``aligned``
-over saturation, where its busy rule decides, with its opt-in quorum and with its
-opt-in chunk hold, and no delayer. ``compare``
+over saturation, where its busy rule decides, with its opt-in quorum, with its
+opt-in chunk hold and with both, and no delayer. ``compare``
 runs one on both backends and says where their per-pass records first differ
 (which ranks negotiated, with which inputs and verdicts, what each admitted and
 prefilled, what finished) and how far apart the summary metrics are;
@@ -97,6 +97,11 @@ WORKLOADS: dict[str, Case] = {
                                "aligned with chunk_hold_tokens 2048 on prompts of up to 4 chunks, 16 running slots: a "
                                "refused chunk with more than 2,048 tokens left, every rank with work, is parked at "
                                "add_chunked_req (the plugin's AROUND hook); beside a rank with none it goes on"),
+    "aligned-both": Case(SimConfig(**{**_SMALL, "max_running_requests": 16,
+                                      "policy_params": (("chunk_hold_tokens", 2048), ("quorum_percent", 75))}),
+                         Poisson(rate=6.0, prompt=Lengths(500, 16000), output=Lengths(20, 200)), "aligned",
+                         "aligned with both opt-ins, the chunk hold's case with quorum_percent 75: the quorum allows "
+                         "mixed passes and refused chunks are parked in one run (both plugin hooks at once)"),
     "off": Case(SimConfig(**_SMALL), Poisson(rate=6.0, prompt=Lengths(500, 4000), output=Lengths(20, 200)), "off",
                 "no delayer"),
 }

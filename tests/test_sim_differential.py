@@ -125,6 +125,19 @@ def test_the_aligned_chunk_hold_case_is_one_where_chunks_are_parked() -> None:
     assert all(t.prefilled for row in off.trace for t in row if t.chunk and t.verdict is False)
 
 
+def test_the_aligned_both_case_is_one_where_the_quorum_allows_and_chunks_are_parked() -> None:
+    # Model only: with both opt-ins the case is worth running against SGLang's scheduler only if, in one run, the
+    # quorum allows passes and a refusal parks a chunk (the plugin's two hooks, the queue reading and the AROUND hold,
+    # both deciding).
+    from prefill_delayer.sim.engine import run_variant
+
+    case = WORKLOADS["aligned-both"]
+    assert dict(case.config.policy_params) == {"chunk_hold_tokens": 2048, "quorum_percent": 75}
+    on = run_variant(case.config, case.variant(), case.workload)
+    assert any(t.decision.endswith("/quorum") for row in on.trace for t in row), "the quorum decides no pass"
+    assert any(t.chunk and t.verdict is False and not t.prefilled for row in on.trace for t in row), "no chunk is parked"
+
+
 def test_simulate_on_sglangs_scheduler_runs_aligned_with_its_own_parameter_and_refuses_sglangs(
         scheduler_here: None, capsys: pytest.CaptureFixture[str]) -> None:
     # --scheduler sglang runs aligned with the tracker its delayer keeps (not refused as aligned+window), and --set
