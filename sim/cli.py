@@ -273,6 +273,9 @@ def main(args: argparse.Namespace, stdout: Optional[TextIO] = None, stderr: Opti
         raise SimInputError("--goal applies with --suite only: it judges a policy against the others over a suite's workloads")
     if getattr(args, "load_scale", None) is not None:
         raise SimInputError("--load-scale applies with --suite only: it scales each suite workload's load; give --rate here")
+    for name, instead in (("seeds", "run it once per --seed"), ("jobs", "a single run is one process")):
+        if getattr(args, name, None) is not None:
+            raise SimInputError(f"--{name} applies with --suite only: {instead}")
     config, variants, workload, s = build(args)
     given = settings(args)[1]
     show = s["progress"]

@@ -72,6 +72,8 @@ BASE: dict[str, Any] = {
     "progress": PROGRESS_AUTO,
     "goal": None,
     "load_scale": [1.0],
+    "seeds": None,
+    "jobs": 1,
 }
 
 SCENARIOS: dict[str, dict[str, Any]] = {
@@ -197,6 +199,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--duration", type=float, metavar="S", default=S, help="stop at S simulated seconds")
     r.add_argument("--warmup", type=float, metavar="S", default=S, help="leave the first S simulated seconds out of the table")
     r.add_argument("--seed", type=int, metavar="N", default=S, help="RNG seed (default 0): same seed, same run")
+    r.add_argument("--seeds", metavar="LIST", default=S, help="with --suite: run the suite at each seed of LIST (0-7, "
+                   "0,3,5), a sweep like --load-scale's (with it, every load at every seed): at one load the draw of "
+                   "arrivals decides on which side of a policy's saturation cliff a run lies, so a verdict at one "
+                   "seed is one draw; with --goal, each policy's count in each cell and in all, and the goal "
+                   "policy's verdict per workload and cell")
+    r.add_argument("--jobs", type=int, metavar="N", default=S, help="with --suite: run N of its runs at once, each in "
+                   "a process of its own (default 1); the figures are the same as one at a time")
     r.add_argument("--gather", choices=("lockstep", "threads"), default=S, help="in-process gather: one thread in lock-step (default), or a thread per rank over runtime.InProcessGroup")
     r.add_argument("--plot", metavar="PNG", default=S, help="write the figure (needs matplotlib: the [plot] extra)")
     r.add_argument("--json", metavar="PATH", default=S, help="write the results as JSON")

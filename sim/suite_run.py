@@ -30,11 +30,12 @@ from .report import Column, legend, markdown
 from .result import RunResult
 from .suite import LIST, SUITES, Stream, SuiteWorkload, listing
 from .suite_goal import WorkloadGoal, goal_table, judge, missed, standings_table
+from .suite_jobs import Task, check_jobs, run_all
 from .workload import Bursty, Lengths, Mix, Poisson, Workload
 
 # The options a suite run takes; every other one is a workload's own setting.
-SUITE_OPTIONS = ("suite", "profile", "set", "passes", "duration", "seed", "gather", "json", "plot", "progress", "goal",
-                 "load_scale")
+SUITE_OPTIONS = ("suite", "profile", "set", "passes", "duration", "seed", "seeds", "jobs", "gather", "json", "plot",
+                 "progress", "goal", "load_scale")
 
 
 def default_profiles() -> list[str]:
@@ -282,17 +283,19 @@ def standings(cases: Sequence[Case], rows: Sequence[Row]) -> dict[str, list[Work
 
 
 def to_json(name: str, cases: Sequence[Case], rows: Sequence[Row], wall_s: float,
-            goal: Optional[tuple[str, Mapping[str, Sequence[WorkloadGoal]]]] = None, load_scale: float = 1.0) -> str:
-    return json.dumps(suite_doc(name, cases, rows, wall_s, goal, load_scale), indent=1)
+            goal: Optional[tuple[str, Mapping[str, Sequence[WorkloadGoal]]]] = None, load_scale: float = 1.0,
+            seed: int = 0) -> str:
+    return json.dumps(suite_doc(name, cases, rows, wall_s, goal, load_scale, seed), indent=1)
 
 
 def suite_doc(name: str, cases: Sequence[Case], rows: Sequence[Row], wall_s: float,
               goal: Optional[tuple[str, Mapping[str, Sequence[WorkloadGoal]]]] = None,
-              load_scale: float = 1.0) -> dict[str, Any]:
-    """``--json``'s document for one run of the suite (a sweep holds one per load)."""
+              load_scale: float = 1.0, seed: int = 0) -> dict[str, Any]:
+    """``--json``'s document for one run of the suite (a sweep holds one per cell: a load at a seed)."""
     doc: dict[str, Any] = {
         "suite": name,
         "load_scale": load_scale,
+        "seed": seed,
         "wall_s": wall_s,
         "workloads": [
             {
@@ -359,25 +362,46 @@ def _check_options(given: set[str]) -> None:
     if "scenario" in given or extra:
         flag = "--" + ("scenario" if "scenario" in given else extra[0]).replace("_", "-")
         raise SimInputError(f"{flag} does not apply with --suite: each workload has its own settings (--suite list shows them); "
-                            "--profile, --set, --duration, --passes, --seed, --load-scale, --goal, --json and --plot do")
+                            "--profile, --set, --duration, --passes, --seed, --seeds, --load-scale, --jobs, --goal, --json "
+                            "and --plot do")
+
+
+Planned = list[tuple[Case, list[Variant]]]
+
+
+def plan_suite(name: str, profiles: Sequence[str], s: dict[str, Any], given: set[str], scale: float = 1.0) -> Planned:
+    """Every workload of suite ``name``, planned against every profile, its offered load times ``scale``: every
+    workload checked before any run."""
+    return [plan(w, profiles, s, given, scale) for w in SUITES[name]]
+
+
+def run_planned(groups: Sequence[tuple[str, Planned]], jobs: int, progress: Optional[TextIO] = None) -> list[list[Row]]:
+    """Every run of every planned suite (``(label, planned)``: a sweep has one per cell), ``jobs`` at once, the rows
+    of each suite in its plan's order; a line per run on ``progress`` as it ends, after its suite's label."""
+    tasks = [Task(label, case, v) for label, planned in groups for case, variants in planned for v in variants]
+
+    def said(done: int, total: int, task: Task[Case], row: Row) -> None:
+        assert progress is not None
+        progress.write(f"{task.label}[{done}/{total}] {row.workload} {row.policy}: {_tok(row.input_tok_s)} tok/s "
+                       f"({_pct(row.fractions()[0])} of bound), {row.wall_s:.1f} s\n")
+        progress.flush()
+
+    rows = run_all(tasks, measure, jobs, None if progress is None else said)
+    out, k = [], 0
+    for _, planned in groups:
+        n = sum(len(v) for _, v in planned)
+        out.append(rows[k:k + n])
+        k += n
+    return out
 
 
 def run_suite(name: str, profiles: Sequence[str], s: dict[str, Any], given: set[str],
-              progress: Optional[TextIO] = None, scale: float = 1.0, label: str = "") -> tuple[list[Case], list[Row]]:
-    """Every workload of suite ``name`` against every profile, its offered loads times ``scale``; a line per run on
-    ``progress``, after ``label``."""
-    planned = [plan(w, profiles, s, given, scale) for w in SUITES[name]]  # every workload checked before any run
-    rows: list[Row] = []
-    total = sum(len(v) for _, v in planned)
-    for case, variants in planned:
-        for v in variants:
-            row = measure(case, v)
-            rows.append(row)
-            if progress is not None:
-                progress.write(f"{label}[{len(rows)}/{total}] {case.spec.name} {row.policy}: {_tok(row.input_tok_s)} tok/s "
-                               f"({_pct(row.fractions()[0])} of bound), {row.wall_s:.1f} s\n")
-                progress.flush()
-    return [c for c, _ in planned], rows
+              progress: Optional[TextIO] = None, scale: float = 1.0, label: str = "",
+              jobs: int = 1) -> tuple[list[Case], list[Row]]:
+    """Every workload of suite ``name`` against every profile, its offered loads times ``scale``, ``jobs`` runs at
+    once; a line per run on ``progress``, after ``label``."""
+    planned = plan_suite(name, profiles, s, given, scale)
+    return [c for c, _ in planned], run_planned([(label, planned)], jobs, progress)[0]
 
 
 def load_label(scale: float) -> str:
@@ -388,6 +412,20 @@ def load_label(scale: float) -> str:
 def scaled(scale: float) -> str:
     """How a suite's title names a ``--load-scale`` other than 1 (nothing for 1)."""
     return "" if scale == 1 else f", offered loads {load_label(scale)}"
+
+
+def check_seeds(text: Any) -> list[int]:
+    """``--seeds``: seeds and ranges of seeds, comma-separated (``0-7``, ``0,3,5``, ``0-2,9``), each once."""
+    seen: list[int] = []
+    for part in str(text).split(","):
+        lo, dash, hi = part.strip().partition("-")
+        if not (lo.isdigit() and (not dash or hi.isdigit())) or (dash and int(hi) < int(lo)):
+            raise SimInputError(f"--seeds takes seeds and ranges of seeds >= 0, comma-separated (0-7, 0,3,5), got {text!r}")
+        for seed in range(int(lo), int(hi if dash else lo) + 1):
+            if seed in seen:
+                raise SimInputError(f"--seeds: seed {seed} is given twice in {text!r}")
+            seen.append(seed)
+    return seen
 
 
 def check_load_scales(xs: Sequence[Any]) -> list[float]:
@@ -419,6 +457,10 @@ def main(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         raise SimInputError(f"unknown suite {name!r}: expected one of {', '.join(SUITES)}, or {LIST}")
     _check_options(given | ({"scenario"} if getattr(args, "scenario", None) is not None else set()))
     scales = check_load_scales(s["load_scale"])
+    if "seed" in given and "seeds" in given:
+        raise SimInputError("give --seed N (one run) or --seeds LIST (a run at each), not both")
+    seeds = check_seeds(s["seeds"]) if "seeds" in given else [s["seed"]]
+    check_jobs(s["jobs"])
     if scales != [1.0] and all(w.load is None for w in SUITES[name]):
         raise SimInputError(f"--load-scale: no workload of suite {name} has a load to scale (its scenarios keep their own "
                             "arrivals); --suite list shows each suite's")
@@ -439,24 +481,25 @@ def main(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     show = s["progress"]
     if show == PROGRESS_AUTO:
         show = stderr.isatty()
-    if len(scales) > 1:
-        from .suite_loads import sweep  # the sweep builds on this module
+    if len(scales) > 1 or len(seeds) > 1:
+        from .suite_sweep import sweep  # the sweep builds on this module
 
-        return sweep(name, profiles, scales, goal, s, given, outputs, stdout, stderr if show else None)
-    scale = scales[0]
+        return sweep(name, profiles, scales, seeds, goal, s, given, outputs, stdout, stderr if show else None)
+    scale, s = scales[0], dict(s, seed=seeds[0])
     started = time.perf_counter()
-    cases, rows = run_suite(name, profiles, s, given, stderr if show else None, scale)
+    cases, rows = run_suite(name, profiles, s, given, stderr if show else None, scale, jobs=s["jobs"])
     wall = time.perf_counter() - started
     table = standings(cases, rows) if goal is not None else None
     judged = "" if table is None else f"\n\n{goal_table(goal, table[goal])}\n\n{standings_table(table)}"
     stdout.write(report(name, cases, rows, scale) + judged + f"\n\nwall time: {wall:.0f} s for {len(rows)} runs\n")
     with outputs.writing() as out:  # both files or neither
         if s["json"]:
-            out.write("--json", to_json(name, cases, rows, wall, None if table is None else (goal, table), scale) + "\n")
+            out.write("--json", to_json(name, cases, rows, wall, None if table is None else (goal, table), scale,
+                                        s["seed"]) + "\n")
         if s["plot"]:
             plot(cases, rows, out.path("--plot"), f"suite {name}{scaled(scale)}: every policy as a fraction of the bound")
     return 0
 
 
-__all__ = ["Case", "Row", "SUITE_OPTIONS", "check_load_scales", "default_profiles", "goals", "load_label", "main", "measure", "plan", "plot", "report",
-           "run_bound", "run_suite", "scaled", "standings", "suite_doc", "table", "tpots", "ttfts_censored"]
+__all__ = ["Case", "Planned", "Row", "SUITE_OPTIONS", "check_load_scales", "check_seeds", "default_profiles", "goals", "load_label", "main", "measure", "plan", "plan_suite", "plot", "report",
+           "run_bound", "run_planned", "run_suite", "scaled", "standings", "suite_doc", "table", "tpots", "ttfts_censored"]

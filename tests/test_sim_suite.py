@@ -264,11 +264,12 @@ def test_a_sweep_runs_the_suite_at_each_load_as_a_single_run_would(tmp_path, cap
                 "--plot", str(sweep_png)]) == 0
     out = capsys.readouterr().out
     names = [w.name for w in SUITES["held-out"]]
-    assert out.startswith(f"Suite held-out at offered loads x1.2, x0.8: {len(names)} workloads x 2 policies at each")
+    assert out.startswith(f"Suite held-out at offered loads x1.2, x0.8: {len(names)} workloads x 2 policies in each of 2 "
+                          "cells\n")
     p99 = out.split("TTFT p99, by offered load\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert p99[0] == "| workload | policy | x1.2 | x0.8 |" and len(p99) == 2 + 2 * len(names)
     goal = out.split("Goal met, by offered load", 1)[1]
-    assert "| policy | x1.2 | x0.8 |" in goal and "aligned misses, by offered load:\n- x1.2: " in goal
+    assert "| policy | x1.2 | x0.8 | all |" in goal and "aligned misses, by offered load:\n- x1.2: " in goal
     said = goal.split("aligned misses, by offered load:\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert [line.split(":", 1)[0] for line in said] == ["- x1.2", "- x0.8"]
     assert all(line.endswith(": none") or " vs " in line for line in said), said
@@ -401,3 +402,86 @@ def test_a_goal_without_its_policy_or_others_is_one_line_and_exit_2(argv, messag
     assert cli(["simulate", *argv]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and message in err, err
+
+
+def test_a_seed_sweep_runs_the_suite_at_each_seed_as_a_single_run_would(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    sweep_json, sweep_png, one_json = tmp_path / "sweep.json", tmp_path / "sweep.png", tmp_path / "one.json"
+    common = ["simulate", "--suite", "held-out", "--duration", "20", "--profile", "off", "--profile", "aligned"]
+    assert cli([*common, "--seeds", "3,1", "--goal", "aligned", "--json", str(sweep_json), "--plot", str(sweep_png)]) == 0
+    out = capsys.readouterr().out
+    names = [w.name for w in SUITES["held-out"]]
+    assert out.startswith(f"Suite held-out at seeds 3, 1: {len(names)} workloads x 2 policies in each of 2 cells\n")
+    p99 = out.split("TTFT p99, by seed\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert p99[0] == "| workload | policy | seed 3 | seed 1 |" and len(p99) == 2 + 2 * len(names)
+    counts = out.split("Goal met, by seed", 1)[1].split("\n\n", 2)[1].splitlines()
+    assert counts[0] == "| policy | seed 3 | seed 1 | all |"
+    grid = out.split("aligned, workload by workload (met, or the lines of the goal it misses)\n\n", 1)[1]
+    grid_lines = grid.split("\n\n", 1)[0].splitlines()
+    assert grid_lines[0] == "| workload | seed 3 | seed 1 | met in |" and len(grid_lines) == 2 + len(names)
+    doc = json.loads(sweep_json.read_text())
+    assert doc["seeds"] == [3, 1] and [r["seed"] for r in doc["runs"]] == [3, 1] and doc["load_scales"] == [1.0]
+    met = sum(r["goal"]["met"] for r in doc["runs"])
+    assert f"aligned meets the goal in {met} of {2 * len(names)} judgements" in out
+    for line, (w, r3, r1) in zip(grid_lines[2:], zip(names, doc["runs"][0]["goal"]["workloads"], doc["runs"][1]["goal"]["workloads"])):
+        assert line.startswith(f"| {w} | ") and line.endswith(f"| {r3['met'] + r1['met']} of 2 |"), line
+    assert sweep_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the sweep's seed 1 is the single run at --seed 1, figure for figure, and differs from seed 3's
+    assert cli([*common, "--seed", "1", "--json", str(one_json)]) == 0
+    one = json.loads(one_json.read_text())
+    assert one["seed"] == 1 and _results(doc["runs"][1]) == _results(one)
+    assert _results(doc["runs"][0]) != _results(one)
+
+
+def test_loads_and_seeds_together_run_every_load_at_every_seed(tmp_path, capsys):
+    out_json = tmp_path / "sweep.json"
+    assert cli(["simulate", "--suite", "held-out", "--duration", "10", "--profile", "off", "--load-scale", "1.2",
+                "--load-scale", "0.8", "--seeds", "0-1", "--json", str(out_json)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Suite held-out at offered loads x1.2, x0.8 and seeds 0, 1: ")
+    assert "TTFT p99, by offered load and seed\n\n| workload | policy | x1.2 seed 0 | x1.2 seed 1 | x0.8 seed 0 | x0.8 seed 1 |" in out
+    doc = json.loads(out_json.read_text())
+    assert [(r["load_scale"], r["seed"]) for r in doc["runs"]] == [(1.2, 0), (1.2, 1), (0.8, 0), (0.8, 1)]
+
+
+def test_jobs_give_the_figures_of_one_run_at_a_time(tmp_path, capsys):
+    import multiprocessing
+
+    files = [tmp_path / "one.json", tmp_path / "two.json"]
+    common = ["simulate", "--suite", "held-out", "--duration", "20", "--profile", "off", "--profile", "aligned", "--goal",
+              "aligned", "--seeds", "0-1"]
+    for jobs, path in zip(("1", "2"), files):
+        assert cli([*common, "--jobs", jobs, "--json", str(path)]) == 0
+    one, two = (json.loads(p.read_text()) for p in files)
+    assert [_results(r) for r in one["runs"]] == [_results(r) for r in two["runs"]]
+    assert [r["goal"] for r in one["runs"]] == [r["goal"] for r in two["runs"]]
+    assert multiprocessing.active_children() == []  # no worker outlives the command
+
+
+def test_a_run_that_fails_in_a_worker_is_one_line_and_leaves_no_worker(capsys):
+    import multiprocessing
+
+    # 3 passes end every run inside its warm-up: the first worker to finish raises, and the pool is closed
+    assert cli(["simulate", "--suite", "held-out", "--profile", "off", "--profile", "aligned", "--passes", "3",
+                "--jobs", "2"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "inside its" in err and "warm-up: give more --passes" in err, err
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--suite", "default", "--seeds", "x"], "--seeds takes seeds and ranges of seeds >= 0, comma-separated"),
+    (["--suite", "default", "--seeds", "3-1"], "--seeds takes seeds and ranges of seeds >= 0"),
+    (["--suite", "default", "--seeds", "-1"], "--seeds takes seeds and ranges of seeds >= 0"),
+    (["--suite", "default", "--seeds", "0,,1"], "--seeds takes seeds and ranges of seeds >= 0"),
+    (["--suite", "default", "--seeds", "0-2,1"], "--seeds: seed 1 is given twice in '0-2,1'"),
+    (["--suite", "default", "--seeds", "0-1", "--seed", "2"], "give --seed N (one run) or --seeds LIST (a run at each), not both"),
+    (["--suite", "default", "--jobs", "0"], "--jobs must be a whole number of processes >= 1, got 0"),
+    (["--rate", "3", "--seeds", "0-1"], "--seeds applies with --suite only"),
+    (["--rate", "3", "--jobs", "2"], "--jobs applies with --suite only"),
+])
+def test_bad_seeds_or_jobs_are_one_line_and_exit_2(argv, message, capsys):
+    assert cli(["simulate", *argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and message in err, err
+    assert err.count("\n") == 1, err

@@ -1,0 +1,256 @@
+"""``simulate --suite NAME --load-scale X --load-scale Y ... --seeds 0-7``: one suite at several offered loads and seeds.
+
+A verdict at one load can sit a few percent from a policy's saturation cliff: below it, a policy
+that never holds wins on TTFT; a few percent above it, the same policy's queues grow without end.
+At one load, the draw of arrivals decides on which side of the cliff a run lies, so a verdict at one
+seed is one draw. The sweep runs the suite once per cell, each load (``suite_run.run_suite``'s
+offered loads scaled) at each seed, and sets each workload's TTFT p99 and input tok/s side by side,
+cell by cell; with ``--goal``, how many workloads each policy meets in each cell and in all, and
+where the goal policy meets and misses, workload by workload. Where the loads vary, the calibration
+scenarios keep their own arrivals, so the by-cell tables leave them out (the goal counts keep them).
+``--json`` holds each cell's whole suite document (``suite_run.suite_doc``); ``--plot`` draws TTFT
+p99 against the load (or the seed), a panel per workload. Both are written after the last run, or
+neither.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence, TextIO
+
+from ..files import Outputs
+from .report import Column, markdown
+from .suite_goal import WorkloadGoal, misses_said
+from .suite_run import Case, Row, _s, _tok, load_label, plan_suite, run_planned, standings, suite_doc
+
+
+@dataclass(frozen=True)
+class Cell:
+    """The suite run at one offered-load scale and one seed."""
+
+    scale: float
+    seed: int
+    cases: list[Case]
+    rows: list[Row]
+
+
+def cell_label(scales: Sequence[float], seeds: Sequence[int], scale: float, seed: int) -> str:
+    """A cell's name, by what varies in the sweep: ``x1.03``, ``seed 3``, or ``x1.03 seed 3``."""
+    return " ".join(([load_label(scale)] if len(scales) > 1 else []) + ([f"seed {seed}"] if len(seeds) > 1 else []))
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """Every cell, loads outer and seeds inner, in the order given."""
+
+    name: str
+    scales: list[float]
+    seeds: list[int]
+    cells: list[Cell]
+    wall_s: float
+
+    def label(self, c: Cell) -> str:
+        """How a cell is named in columns and progress lines: ``x1.03``, ``seed 3``, or ``x1.03 seed 3``."""
+        return cell_label(self.scales, self.seeds, c.scale, c.seed)
+
+    @property
+    def axis(self) -> str:
+        """What varies: "offered load", "seed" or both."""
+        return " and ".join((["offered load"] if len(self.scales) > 1 else []) + (["seed"] if len(self.seeds) > 1 else []))
+
+    def workloads(self) -> list[str]:
+        """The workloads the by-cell tables show, in the suite's order: where the loads vary, those whose arrivals
+        scale (a load share)."""
+        return [c.spec.name for c in self.cells[0].cases if len(self.scales) == 1 or c.spec.load is not None]
+
+    def policies(self) -> list[str]:
+        return list(dict.fromkeys(r.policy for r in self.cells[0].rows))
+
+    def found(self) -> dict[tuple[int, str, str], Row]:
+        """Every run by (cell index, workload, policy)."""
+        return {(k, r.workload, r.policy): r for k, c in enumerate(self.cells) for r in c.rows}
+
+
+def by_cell_table(sweep: Sweep, cell: Callable[[Row], str]) -> str:
+    """Workload x policy, a column per cell: ``cell`` of that run."""
+    found = sweep.found()
+    lines = [(w, p) for w in sweep.workloads() for p in sweep.policies()]
+    columns: list[Column[tuple[str, str]]] = [
+        Column("workload", "", lambda x: x[0], align="---"),
+        Column("policy", "", lambda x: x[1], align="---"),
+        *(Column(sweep.label(c), "", lambda x, k=k: cell(found[(k, *x)])) for k, c in enumerate(sweep.cells)),
+    ]
+    return markdown(columns, lines)
+
+
+def _met(goals: Sequence[WorkloadGoal]) -> int:
+    return sum(g.met for g in goals)
+
+
+def goal_by_cell_table(goal: str, judged: Sequence[dict[str, list[WorkloadGoal]]], sweep: Sweep) -> str:
+    """Every policy's count of workloads meeting ``--goal``'s goal in each cell and in all, most in all first; then
+    the goal policy's verdict on each workload in each cell; then what it misses in each cell, with the figures it
+    misses by."""
+    cells = sweep.cells
+    total = {p: sum(_met(j[p]) for j in judged) for p in judged[0]}
+    order = sorted(judged[0], key=lambda p: -total[p])
+    judgements = sum(len(j[goal]) for j in judged)
+    columns: list[Column[str]] = [
+        Column("policy", "", lambda p: p, align="---"),
+        *(Column(sweep.label(c), "", lambda p, k=k: f"{_met(judged[k][p])} of {len(judged[k][p])}")
+          for k, c in enumerate(cells)),
+    ]
+    if len(cells) > 1:
+        columns.append(Column("all", "", lambda p: f"{total[p]} of {judgements}"))
+    names = [g.workload for g in judged[0][goal]]
+    verdict = {(k, g.workload): g for k, j in enumerate(judged) for g in j[goal]}
+
+    def said(g: WorkloadGoal) -> str:
+        return "met" if g.met else "**" + ", ".join(c.name for c in g.checks if not c.met) + "**"
+
+    grid: list[Column[str]] = [
+        Column("workload", "", lambda w: w, align="---"),
+        *(Column(sweep.label(c), "", lambda w, k=k: said(verdict[(k, w)]), align="---") for k, c in enumerate(cells)),
+        Column("met in", "", lambda w: f"{sum(verdict[(k, w)].met for k in range(len(cells)))} of {len(cells)}"),
+    ]
+    misses = "\n".join(f"- {sweep.label(c)}: {misses_said(judged[k][goal])}" for k, c in enumerate(cells))
+    return (f"Goal met, by {sweep.axis}: every policy judged against all the others in each cell\n\n"
+            f"{markdown(columns, order)}\n\n"
+            f"{goal}, workload by workload (met, or the lines of the goal it misses)\n\n{markdown(grid, names)}\n\n"
+            f"{goal} meets the goal in {total[goal]} of {judgements} judgements\n\n"
+            f"{goal} misses, by {sweep.axis}:\n{misses}")
+
+
+def report(sweep: Sweep, goal: Optional[tuple[str, Sequence[dict[str, list[WorkloadGoal]]]]]) -> str:
+    """The sweep's tables: TTFT p99 and input tok/s by cell, and with a goal (its policy, and each cell's standings),
+    the counts by cell."""
+    where = []
+    if len(sweep.scales) > 1:
+        where.append("offered loads " + ", ".join(load_label(x) for x in sweep.scales))
+    if len(sweep.seeds) > 1:
+        where.append("seeds " + ", ".join(map(str, sweep.seeds)))
+    cases = sweep.cells[0].cases
+    left = len(cases) - len(sweep.workloads())
+    text = (f"Suite {sweep.name} at {' and '.join(where)}: {len(cases)} workloads x {len(sweep.policies())} policies "
+            f"in each of {len(sweep.cells)} cells"
+            + (f" ({left} calibration scenarios keep their own arrivals and are left out below)" if left else "")
+            + f"\n\nTTFT p99, by {sweep.axis}\n\n{by_cell_table(sweep, lambda r: _s(r.ttft_p99_s))}"
+            f"\n\nInput tok/s, by {sweep.axis}\n\n{by_cell_table(sweep, lambda r: _tok(r.input_tok_s))}")
+    if goal is not None:
+        text += "\n\n" + goal_by_cell_table(goal[0], goal[1], sweep)
+    return text
+
+
+def _seconds(v: float, _: Any = None) -> str:
+    return f"{v:g}"
+
+
+def _mantissa(v: float) -> float:
+    """2 for 0.2, 20 and 200: which minor ticks of a log axis get a label."""
+    return round(v / 10 ** math.floor(math.log10(v)), 6) if v > 0 else 0.0
+
+
+def plot(sweep: Sweep, path: str) -> None:
+    """TTFT p99 against the offered load, a panel per workload shown, a line per policy (the bound's dashed), on a
+    log axis: a cliff shows as a line that leaves the others. With several seeds at each load the line is the
+    median over the seeds and the band their range; with one load, the x axis is the seed."""
+    from .plot import _pyplot, _shrink
+
+    plt = _pyplot()
+    from matplotlib import ticker
+
+    names = sweep.workloads()
+    policies = sweep.policies()
+    found = sweep.found()
+    by_load = len(sweep.scales) > 1
+    xs: list[float] = sorted(sweep.scales) if by_load else [float(x) for x in sweep.seeds]
+    # seeds are draws, not an axis: a dot per policy at each, side by side, and no line between them
+    spread = 0.0 if by_load else 0.6 / max(len(policies), 1)
+    place = list(range(len(xs))) if not by_load else xs
+
+    def at(x: float) -> list[int]:
+        """The cells drawn at ``x``."""
+        return [k for k, c in enumerate(sweep.cells) if (c.scale if by_load else float(c.seed)) == x]
+
+    def bound_at(k: int, w: str) -> float:
+        b = next(c.bound for c in sweep.cells[k].cases if c.spec.name == w).ttft(0.99)
+        return math.nan if b is None else b
+
+    cols = min(4, len(names))
+    rows_n = math.ceil(len(names) / cols)
+    fig, axes = plt.subplots(rows_n, cols, figsize=(3.4 * cols, 2.6 * rows_n + 0.9), dpi=80, squeeze=False)
+    colors = plt.get_cmap("tab20" if len(policies) > 10 else "tab10")
+    for j, w in enumerate(names):
+        ax = axes[j // cols][j % cols]
+        for i, p in enumerate(policies):
+            values = [[found[(k, w, p)].ttft_p99_s for k in at(x)] for x in xs]
+            line = [statistics.median(v) if None not in v else math.nan for v in values]
+            color = colors(i % colors.N)
+            shift = spread * (i - (len(policies) - 1) / 2)
+            ax.plot([x + shift for x in place], line, marker="o", markersize=3, linewidth=1.2 if by_load else 0, color=color,
+                    linestyle=("-", ":", "-.")[i // colors.N % 3], label=p)  # past 20: dotted
+            if any(len(v) > 1 for v in values):
+                ax.fill_between(place, [min(v) if None not in v else math.nan for v in values],
+                                [max(v) if None not in v else math.nan for v in values], color=color, alpha=0.12, linewidth=0)
+        bounds = [statistics.median(bound_at(k, w) for k in at(x)) for x in xs]
+        if by_load:
+            ax.plot(place, bounds, linestyle="--", color="black", linewidth=1.0, label="bound")
+        else:  # a dash across each seed's dots
+            ax.hlines(bounds, [x - 0.4 for x in place], [x + 0.4 for x in place], linestyles="--", colors="black",
+                      linewidth=1.0, label="bound")
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(ticker.FuncFormatter(_seconds))
+        ax.yaxis.set_minor_formatter(ticker.FuncFormatter(lambda v, _: _seconds(v) if _mantissa(v) in (2, 5) else ""))
+        ax.set_title(w, fontsize=9)
+        ax.set_xticks(place, [f"{x:g}" for x in xs], fontsize=7)
+        ax.tick_params(axis="y", which="both", labelsize=7)
+        ax.grid(True, which="major", alpha=0.3)
+        if j % cols == 0:
+            ax.set_ylabel("TTFT p99 (s)", fontsize=8)
+        if j + cols >= len(names):  # no panel below it
+            ax.set_xlabel("offered load, x the suite's" if by_load else "seed", fontsize=8)
+    for j in range(len(names), rows_n * cols):
+        axes[j // cols][j % cols].axis("off")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8, frameon=False)
+    what = "the offered load" if by_load else "the seed"
+    if by_load and len(sweep.seeds) > 1:
+        what += f" (median of seeds {', '.join(map(str, sweep.seeds))}; band: their range)"
+    fig.suptitle(f"suite {sweep.name}: TTFT p99 against {what}", fontsize=10)
+    legend_rows = math.ceil(len(labels) / min(len(labels), 6))
+    fig.tight_layout(rect=(0, 0.01 + 0.025 * legend_rows, 1, 0.97))
+    fig.savefig(path, format="png")
+    plt.close(fig)
+    _shrink(path)
+
+
+def sweep(name: str, profiles: Sequence[str], scales: Sequence[float], seeds: Sequence[int], goal: Optional[str],
+          s: dict[str, Any], given: set[str], outputs: Outputs, stdout: TextIO, progress: Optional[TextIO]) -> int:
+    """Plan every cell (each load at each seed, in the order given), run them all (``--jobs`` at once), then print
+    and write the sweep."""
+    keys = [(x, seed) for x in scales for seed in seeds]
+    started = time.perf_counter()
+    planned = [plan_suite(name, profiles, dict(s, seed=seed), given, x) for x, seed in keys]  # every cell checked first
+    rows = run_planned([(f"{cell_label(scales, seeds, *key)} ", p) for key, p in zip(keys, planned)], s["jobs"], progress)
+    cells = [Cell(x, seed, [c for c, _ in p], r) for (x, seed), p, r in zip(keys, planned, rows)]
+    result = Sweep(name, list(scales), list(seeds), cells, time.perf_counter() - started)
+    judged = [] if goal is None else [standings(c.cases, c.rows) for c in cells]  # once, for the text and the JSON
+    text = report(result, None if goal is None else (goal, judged))
+    stdout.write(text + f"\n\nwall time: {result.wall_s:.0f} s for {sum(len(c.rows) for c in cells)} runs\n")
+    with outputs.writing() as out:  # both files or neither
+        if s["json"]:
+            runs = [suite_doc(name, c.cases, c.rows, sum(r.wall_s for r in c.rows),
+                              None if goal is None else (goal, judged[k]), c.scale, c.seed)
+                    for k, c in enumerate(cells)]
+            out.write("--json", json.dumps({"suite": name, "load_scales": list(scales), "seeds": list(seeds),
+                                            "wall_s": result.wall_s, "runs": runs}, indent=1) + "\n")
+        if s["plot"]:
+            plot(result, out.path("--plot"))
+    return 0
+
+
+__all__ = ["Cell", "Sweep", "by_cell_table", "cell_label", "goal_by_cell_table", "plot", "report", "sweep"]
