@@ -27,7 +27,6 @@ seconds of releases (one float each) and, for ``--plot``, one byte per record.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +35,8 @@ from typing import Any, Callable, Iterator, Optional
 import numpy as np
 
 from ..spec.config import Config
+from ..workers import cores
+from ..workers import start_pool as start_workers
 from ..spec.schema import MODE_COMPACT, digest_of_bytes
 from .checks import (
     CONFORMANCE, INVARIANT, Finding, LogStats, PassChecker, Report, Session, _apply_sets, _compare, _known,
@@ -1145,29 +1146,16 @@ class Stitcher:
 
 
 def jobs_default() -> int:
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+    return cores()
 
 
 def start_pool(jobs: int) -> Any:
     """``jobs`` worker processes, or ``None`` for one, started once the logs are scanned and each session's model
-    built.
-
-    A process that runs no other thread (the command) forks its workers: they start with the checker imported and
-    the models built, at no cost (each worker built its own before: 65 ms of the first chunk). Forking a process with other threads can copy a lock another thread holds, so there a fork server,
-    which imports the checker once, forks them instead (spawn where there is no fork server)."""
+    built (``workers.start_pool``): forked, they start with the checker imported and the models built, at no cost
+    (each worker built its own before: 65 ms of the first chunk); a fork server imports the checker once."""
     if jobs <= 1:
         return None
-    import multiprocessing as mp
-    import threading
-
-    methods = mp.get_all_start_methods()
-    if "fork" in methods and threading.active_count() == 1:
-        return mp.get_context("fork").Pool(jobs)
-    forkserver = "forkserver" in methods
-    ctx = mp.get_context("forkserver" if forkserver else "spawn")
-    if forkserver:
-        ctx.set_forkserver_preload([__name__, __name__.rsplit(".", 2)[0] + ".fsm"])
-    return ctx.Pool(jobs)
+    return start_workers(jobs, preload=[__name__, __name__.rsplit(".", 2)[0] + ".fsm"])
 
 
 def run_chunks(tasks: Iterator[ChunkTask], pool: Any, jobs: int) -> Iterator[ChunkOut]:

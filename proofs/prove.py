@@ -191,45 +191,27 @@ def run_parallel(profiles: Sequence[str], timeout_ms: int, jobs: int, options: O
     The proofs run in workers even for one job, so Ctrl-C is the parent's alone:
     in-process, Z3 takes a SIGINT that arrives during a check as a cancelled query
     (and the proof goes on), and one that arrives in a Z3 object's ``__del__`` is
-    printed and ignored. The workers ignore SIGINT (they start with it blocked, so
-    not even one arriving while they start reaches them), and any exception in the
-    parent, ``KeyboardInterrupt`` included, terminates them before it propagates:
-    no worker prints a traceback or outlives the command.
+    printed and ignored. The workers ignore SIGINT (``workers.start_pool``), and any
+    exception in the parent, ``KeyboardInterrupt`` included, terminates them before it
+    propagates: no worker prints a traceback or outlives the command.
     """
-    import multiprocessing as mp
-    import signal
+    from ..workers import ended, start_pool
 
-    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        pool = ctx.Pool(max(1, min(jobs, len(profiles))), initializer=_worker_init, maxtasksperchild=1)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
-    try:
+    # the largest catalogues first, so that no slow profile starts last while the other worker idles
+    order = sorted(range(len(profiles)), key=lambda i: -len(policy_of(profiles[i]).invariant_ids))
+    with ended(start_pool(max(1, min(jobs, len(profiles))), initializer=_worker_init, maxtasksperchild=1)) as pool:
         # one profile at a time: their costs differ tenfold, and map's default chunks of three left one worker
         # with the slow ones at the end
-        # the largest catalogues first, so that no slow profile starts last while the other worker idles
-        order = sorted(range(len(profiles)), key=lambda i: -len(policy_of(profiles[i]).invariant_ids))
         done = pool.map(_run_one_profile, [(profiles[i], timeout_ms, dict(options)) for i in order], chunksize=1)
-        pool.close()
-        parts: list = [None] * len(profiles)
-        for i, part in zip(order, done):
-            parts[i] = part
-    except BaseException:
-        pool.terminate()
-        raise
-    finally:
-        pool.join()
+    parts: list = [None] * len(profiles)
+    for i, part in zip(order, done):
+        parts[i] = part
     return [r for part in parts for r in part]
 
 
 def _worker_init() -> None:
-    """A worker leaves Ctrl-C to the parent (which ends it), and takes SIGINT again only as ignored; it builds terms
-    without z3's Python-side argument checks."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    """A worker (which leaves Ctrl-C to the parent, ``workers.start_pool``) builds terms without z3's Python-side
+    argument checks, and keeps z3 from taking SIGINT back."""
     try:
         import z3
 

@@ -1,20 +1,18 @@
 """``simulate --suite NAME --jobs N``: a suite's runs on N processes at once.
 
 A suite is hundreds of independent runs (every workload x every policy, at each load and seed of a
-sweep), each single-threaded and seeded, so they spread over cores with no change to any figure:
-a run's result depends on its case and its policy alone. The parent plans every run first (every
-workload checked before any run), then forks the workers, which read the plan they inherit and
-return each run's row by its index; the rows come back in the plan's order, as a serial run gives
-them. Forking, not spawning: nothing but an index and a row crosses between processes, and a worker
-starts in milliseconds. The pool is closed on every way out (an error in a run, Ctrl-C), so no
-worker outlives the command.
+sweep), each single-threaded and seeded, so they spread over cores with no change to any figure: a
+run's result depends on its case and its policy alone. The parent plans every run first (every
+workload checked before any run); the workers (``workers.start_pool``: Ctrl-C the parent's alone,
+none outliving the command) take one run at a time and return its row, and the rows come back in the
+plan's order, as a serial run gives them.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 from typing import Any, Callable, Generic, Optional, Sequence, TypeVar
 
+from ..workers import ended, start_pool
 from .config import Variant
 from .errors import SimInputError
 
@@ -31,10 +29,6 @@ class Task(Generic[C]):
         self.label, self.case, self.variant = label, case, variant
 
 
-_PLAN: Sequence[Task[Any]] = ()  # the parent's plan, inherited by the forked workers
-_MEASURE: Optional[Callable[[Any, Variant], Any]] = None
-
-
 def check_jobs(jobs: object) -> int:
     """``--jobs``: a whole number of processes, at least 1."""
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
@@ -42,17 +36,16 @@ def check_jobs(jobs: object) -> int:
     return jobs
 
 
-def _run(k: int) -> tuple[int, Any]:
-    assert _MEASURE is not None
-    task = _PLAN[k]
-    return k, _MEASURE(task.case, task.variant)
+def _run(job: tuple[int, Callable[[Any, Variant], Any], Any, Variant]) -> tuple[int, Any]:
+    k, measure, case, variant = job
+    return k, measure(case, variant)
 
 
 def run_all(plan: Sequence[Task[C]], measure: Callable[[C, Variant], R], jobs: int,
             said: Optional[Callable[[int, int, Task[C], R], None]] = None) -> list[R]:
-    """Every run of ``plan`` through ``measure``, on ``jobs`` processes (1: in this one), in the plan's order;
-    ``said(done, total, task, row)`` as each run ends (in the order they end)."""
-    global _PLAN, _MEASURE
+    """Every run of ``plan`` through ``measure`` (a module-level function: workers get it by name), on ``jobs``
+    processes (1: in this one), in the plan's order; ``said(done, total, task, row)`` as each run ends (in the order
+    they end)."""
     total = len(plan)
     if min(jobs, total) <= 1:
         rows = []
@@ -62,15 +55,12 @@ def run_all(plan: Sequence[Task[C]], measure: Callable[[C, Variant], R], jobs: i
                 said(k + 1, total, task, rows[k])
         return rows
     found: dict[int, R] = {}
-    _PLAN, _MEASURE = plan, measure
-    try:
-        with multiprocessing.get_context("fork").Pool(min(jobs, total)) as pool:  # __exit__ terminates the workers
-            for done, (k, row) in enumerate(pool.imap_unordered(_run, range(total)), start=1):
-                found[k] = row
-                if said is not None:
-                    said(done, total, plan[k], row)
-    finally:
-        _PLAN, _MEASURE = (), None
+    with ended(start_pool(min(jobs, total))) as pool:
+        jobs_in = ((k, measure, t.case, t.variant) for k, t in enumerate(plan))
+        for done, (k, row) in enumerate(pool.imap_unordered(_run, jobs_in), start=1):
+            found[k] = row
+            if said is not None:
+                said(done, total, plan[k], row)
     return [found[k] for k in range(total)]
 
 

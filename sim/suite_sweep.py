@@ -82,7 +82,7 @@ def by_cell_table(sweep: Sweep, cell: Callable[[Row], str]) -> str:
     columns: list[Column[tuple[str, str]]] = [
         Column("workload", "", lambda x: x[0], align="---"),
         Column("policy", "", lambda x: x[1], align="---"),
-        *(Column(sweep.label(c), "", lambda x, k=k: cell(found[(k, *x)])) for k, c in enumerate(sweep.cells)),
+        *(Column(sweep.label(c), "", lambda x, k=k: cell(found[(k, x[0], x[1])])) for k, c in enumerate(sweep.cells)),
     ]
     return markdown(columns, lines)
 
@@ -187,15 +187,16 @@ def plot(sweep: Sweep, path: str) -> None:
     for j, w in enumerate(names):
         ax = axes[j // cols][j % cols]
         for i, p in enumerate(policies):
-            values = [[found[(k, w, p)].ttft_p99_s for k in at(x)] for x in xs]
-            line = [statistics.median(v) if None not in v else math.nan for v in values]
+            values = [[math.nan if r.ttft_p99_s is None else r.ttft_p99_s for r in (found[(k, w, p)] for k in at(x))]
+                      for x in xs]  # nan: no request of the window got a token (a gap in the line)
+            line = [statistics.median(v) for v in values]
             color = colors(i % colors.N)
             shift = spread * (i - (len(policies) - 1) / 2)
             ax.plot([x + shift for x in place], line, marker="o", markersize=3, linewidth=1.2 if by_load else 0, color=color,
                     linestyle=("-", ":", "-.")[i // colors.N % 3], label=p)  # past 20: dotted
             if any(len(v) > 1 for v in values):
-                ax.fill_between(place, [min(v) if None not in v else math.nan for v in values],
-                                [max(v) if None not in v else math.nan for v in values], color=color, alpha=0.12, linewidth=0)
+                ax.fill_between(place, [min(v) for v in values], [max(v) for v in values], color=color, alpha=0.12,
+                                linewidth=0)
         bounds = [statistics.median(bound_at(k, w) for k in at(x)) for x in xs]
         if by_load:
             ax.plot(place, bounds, linestyle="--", color="black", linewidth=1.0, label="bound")

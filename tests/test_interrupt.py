@@ -163,17 +163,23 @@ def test_ctrl_c_is_one_line_exit_130_and_no_output(tmp_path: Path, seed_logs: Pa
     assert _tree(tmp_path / "out") == []  # no output, no temporary file, no folder made for them
 
 
-@pytest.mark.skipif(not _has("z3"), reason="prove needs z3")
+WORKERS = [
+    pytest.param(["prove", "--jobs", "2", "--traces", "out/t", "--json", "out/r.json"],
+                 marks=pytest.mark.skipif(not _has("z3"), reason="prove needs z3"), id="prove"),
+    pytest.param(["simulate", "--suite", "default", "--jobs", "2", "--no-progress", "--json", "out/s.json"], id="simulate-suite"),
+]
+
+
+@pytest.mark.parametrize("argv", WORKERS)
 @pytest.mark.parametrize("group", [True, False], ids=["to-the-group", "to-the-parent-alone"])
-def test_prove_interrupted_while_its_workers_prove_ends_them(tmp_path: Path, group: bool) -> None:
-    proc = _spawn([sys.executable, "-m", "prefill_delayer.cli", "prove", "--jobs", "2", "--traces", "out/t", "--json", "out/r.json"],
-                  tmp_path)
+def test_interrupted_while_its_workers_run_ends_them(tmp_path: Path, argv: list[str], group: bool) -> None:
+    proc = _spawn([sys.executable, "-m", "prefill_delayer.cli", *argv], tmp_path)
     _wait_for(lambda: len(_children(proc.pid)) >= 2, proc)
     workers = _children(proc.pid)
-    time.sleep(0.3)  # into the proofs
+    time.sleep(0.3)  # into the work
     rc, err = _interrupt(proc, group)
     assert rc == 130, err
-    _one_line(err, "prove")
+    _one_line(err, argv[0])
     deadline = time.monotonic() + 10
     while any(_alive(w) for w in workers) and time.monotonic() < deadline:
         time.sleep(0.05)
