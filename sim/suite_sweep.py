@@ -192,8 +192,9 @@ def plot(sweep: Sweep, path: str) -> None:
             line = [statistics.median(v) for v in values]
             color = colors(i % colors.N)
             shift = spread * (i - (len(policies) - 1) / 2)
-            ax.plot([x + shift for x in place], line, marker="o", markersize=3, linewidth=1.2 if by_load else 0, color=color,
-                    linestyle=("-", ":", "-.")[i // colors.N % 3], label=p)  # past 20: dotted
+            ax.plot([x + shift for x in place], line, marker=("o", "s", "^")[i // colors.N % 3], markersize=3,
+                    linewidth=1.2 if by_load else 0, color=color, linestyle=("-", ":", "-.")[i // colors.N % 3],
+                    label=p)  # past 20 colours: dotted, square dots
             if any(len(v) > 1 for v in values):
                 ax.fill_between(place, [min(v) for v in values], [max(v) for v in values], color=color, alpha=0.12,
                                 linewidth=0)
