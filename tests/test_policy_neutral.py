@@ -45,7 +45,7 @@ HOMONYMS = {
     ("sim/config.py", "lockstep"): "the single-threaded gather (--gather lockstep)",
     ("sim/gather.py", "lockstep"): "the single-threaded gather (--gather lockstep)",
     ("sim/calibrate.py", "uniform"): "prompt lengths drawn uniformly",
-    **{(f"sim/{name}.py", "seed"): "the run's RNG seed" for name in ("bound", "calibrate", "cli", "config", "engine", "options", "report", "suite_run", "workload")},
+    **{(f"sim/{name}.py", "seed"): "the run's RNG seed" for name in ("bound", "calibrate", "cli", "config", "engine", "options", "report", "suite_run", "suite_sweep", "workload")},
 }
 
 
