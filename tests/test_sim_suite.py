@@ -292,8 +292,17 @@ def test_a_sweep_runs_the_suite_at_each_load_as_a_single_run_would(tmp_path, cap
     (["--suite", "default", "--load-scale", "nan"], "--load-scale must be a number > 0"),
     (["--suite", "default", "--load-scale", "inf"], "--load-scale must be a number > 0"),
     (["--rate", "3", "--load-scale", "1.1"], "--load-scale applies with --suite only"),
+    (["--suite", "default", "--seeds", "x"], "--seeds takes seeds and ranges of seeds >= 0, comma-separated"),
+    (["--suite", "default", "--seeds", "3-1"], "--seeds takes seeds and ranges of seeds >= 0"),
+    (["--suite", "default", "--seeds", "-1"], "--seeds takes seeds and ranges of seeds >= 0"),
+    (["--suite", "default", "--seeds", "0,,1"], "--seeds takes seeds and ranges of seeds >= 0"),
+    (["--suite", "default", "--seeds", "0-2,1"], "--seeds: seed 1 is given twice in '0-2,1'"),
+    (["--suite", "default", "--seeds", "0-1", "--seed", "2"], "give --seed N (one run) or --seeds LIST (a run at each), not both"),
+    (["--suite", "default", "--jobs", "0"], "--jobs must be a whole number of processes >= 1, got 0"),
+    (["--rate", "3", "--seeds", "0-1"], "--seeds applies with --suite only"),
+    (["--rate", "3", "--jobs", "2"], "--jobs applies with --suite only"),
 ])
-def test_a_bad_load_scale_is_one_line_and_exit_2(argv, message, capsys):
+def test_a_bad_load_scale_seeds_or_jobs_is_one_line_and_exit_2(argv, message, capsys):
     assert cli(["simulate", *argv]) == 2
     out, err = capsys.readouterr()
     assert out == "" and message in err, err
@@ -467,21 +476,3 @@ def test_a_run_that_fails_in_a_worker_is_one_line_and_leaves_no_worker(capsys):
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and "inside its" in err and "warm-up: give more --passes" in err, err
     assert multiprocessing.active_children() == []
-
-
-@pytest.mark.parametrize("argv, message", [
-    (["--suite", "default", "--seeds", "x"], "--seeds takes seeds and ranges of seeds >= 0, comma-separated"),
-    (["--suite", "default", "--seeds", "3-1"], "--seeds takes seeds and ranges of seeds >= 0"),
-    (["--suite", "default", "--seeds", "-1"], "--seeds takes seeds and ranges of seeds >= 0"),
-    (["--suite", "default", "--seeds", "0,,1"], "--seeds takes seeds and ranges of seeds >= 0"),
-    (["--suite", "default", "--seeds", "0-2,1"], "--seeds: seed 1 is given twice in '0-2,1'"),
-    (["--suite", "default", "--seeds", "0-1", "--seed", "2"], "give --seed N (one run) or --seeds LIST (a run at each), not both"),
-    (["--suite", "default", "--jobs", "0"], "--jobs must be a whole number of processes >= 1, got 0"),
-    (["--rate", "3", "--seeds", "0-1"], "--seeds applies with --suite only"),
-    (["--rate", "3", "--jobs", "2"], "--jobs applies with --suite only"),
-])
-def test_bad_seeds_or_jobs_are_one_line_and_exit_2(argv, message, capsys):
-    assert cli(["simulate", *argv]) == 2
-    out, err = capsys.readouterr()
-    assert out == "" and message in err, err
-    assert err.count("\n") == 1, err
