@@ -35,9 +35,9 @@ from typing import Any, Callable, Iterator, Optional
 import numpy as np
 
 from ..spec.config import Config
-from ..workers import cores
-from ..workers import start_pool as start_workers
 from ..spec.schema import MODE_COMPACT, digest_of_bytes
+from ..workers import cores, ended
+from ..workers import start_pool as start_workers
 from .checks import (
     CONFORMANCE, INVARIANT, Finding, LogStats, PassChecker, Report, Session, _apply_sets, _compare, _known,
     _state_differs, build_sessions, divergence_is_no_known_defect,
@@ -1145,10 +1145,6 @@ class Stitcher:
 # ----- the whole check ---------------------------------------------------------------------------
 
 
-def jobs_default() -> int:
-    return cores()
-
-
 def start_pool(jobs: int) -> Any:
     """``jobs`` worker processes, or ``None`` for one, started once the logs are scanned and each session's model
     built (``workers.start_pool``): forked, they start with the checker imported and the models built, at no cost
@@ -1182,22 +1178,14 @@ def check_stream(paths: list[str], *, own_profile: bool = False, exact: bool = F
     _CACHE.clear()  # models are built from the policy as it is now (a test may have patched a guard or a monitor)
     # a pool pays for itself only on logs of several chunks, sized by the files' bytes
     files = expand(paths)
-    jobs = jobs or (jobs_default() if sum(p.stat().st_size for p in files) > 4 * CHUNK_RECORDS * POOL_BYTES else 1)
+    jobs = jobs or (cores() if sum(p.stat().st_size for p in files) > 4 * CHUNK_RECORDS * POOL_BYTES else 1)
     logs, empty = scan_files(files)
     sessions, notes = build_sessions(logs, own_profile)
     for s in sessions:  # built (and what they import, imported) before forked workers copy this process
         _model(s.config)
     pool = start_pool(jobs)
-    try:
-        out = _check_sessions(logs, empty, sessions, notes, exact, sample, pool, jobs, plot, progress, keep)
-        if pool is not None:
-            pool.close()
-            pool.join()  # every worker reaped before the result is out
-        return out
-    finally:
-        if pool is not None:
-            pool.terminate()
-            pool.join()
+    with ended(pool) if pool is not None else contextlib.nullcontext():  # every worker reaped before the result is out
+        return _check_sessions(logs, empty, sessions, notes, exact, sample, pool, jobs, plot, progress, keep)
 
 
 def _check_sessions(logs: list[RankLog], empty: list[str], sessions: list[Session], notes: list[str], exact: bool,
