@@ -473,6 +473,8 @@ def main(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
 
         _pyplot()  # one line and exit 2 before the runs where matplotlib is missing
     profiles = list(dict.fromkeys(s["profile"])) if "profile" in given else default_profiles()
+    for profile in profiles:  # a misspelt profile is the mistake to name, before --goal looks for one among them
+        Variant.of(profile, s["tracker"])
     goal = s["goal"]
     if goal is not None and goal not in profiles:
         raise SimInputError(f"--goal {goal}: not among the policies run ({', '.join(profiles)}); give it with --profile")

@@ -1,5 +1,6 @@
 """The README's commands, run in order in a fresh clone, overwrite none of each other's outputs, and git
-ignores every one of them (they used to share ``report.json`` and ``traces``, and ``git status`` listed them)."""
+ignores every one of them (they used to share ``report.json`` and ``traces``, and ``git status`` listed them)
+and nothing of the source (prove's traces once went into the ``traces`` package, and ignoring them ignored it)."""
 
 from __future__ import annotations
 
@@ -43,3 +44,23 @@ def test_git_ignores_every_readme_output() -> None:
     done = subprocess.run(["git", "check-ignore", "--no-index", *paths], cwd=REPO, capture_output=True, text=True)
     ignored = set(done.stdout.split())
     assert ignored == set(paths), sorted(set(paths) - ignored)
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (REPO / ".git").exists(), reason="needs git and a checkout")
+def test_git_ignores_no_source_file_and_no_output_lands_in_the_source() -> None:
+    ignored = subprocess.run(["git", "ls-files", "--cached", "--ignored", "--exclude-standard"], cwd=REPO,
+                             capture_output=True, text=True, check=True).stdout.split()
+    assert ignored == [], f"tracked files an ignore rule matches (a new file beside them would be ignored): {ignored}"
+    paths = [p for _, p in readme_outputs()]
+    tracked = subprocess.run(["git", "ls-files", "--", *paths], cwd=REPO, capture_output=True, text=True,
+                             check=True).stdout.split()
+    assert tracked == [], f"README outputs written among tracked files: {tracked}"
+
+
+def test_the_readmes_spec_hash_is_this_specs() -> None:
+    from prefill_delayer.spec.hashing import spec_hash
+
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    shown = set(re.findall(r"\bspec ([0-9a-f]{16})\b", text))
+    assert shown, "the README shows the plugin's line with its spec hash"
+    assert shown == {spec_hash()}, f"the README shows spec {sorted(shown)}; this spec is {spec_hash()}"

@@ -206,6 +206,8 @@ def test_suite_list(capsys):
     (["--suite", "default", "--rate", "3"], "--rate does not apply with --suite"),
     (["--suite", "default", "--scenario", "35241"], "--scenario does not apply with --suite"),
     (["--suite", "default", "--profile", "nope"], "unknown profile 'nope'"),
+    (["--suite", "default", "--goal", "aligned", "--profile", "aligned+nope"], "after '+' comes a max_prefill_bs tracker"),
+    (["--suite", "default", "--goal", "aligned", "--profile", "nope", "--profile", "aligned"], "unknown profile 'nope'"),
     (["--suite", "default", "--duration", "-1"], "--duration must be simulated seconds > 0"),
     (["--suite", "default", "--wide"], "--wide does not apply with --suite"),
 ])
