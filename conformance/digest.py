@@ -147,6 +147,9 @@ def node_digest(paths: list[str], out: str, **options: Any) -> dict[str, Any]:
 
 
 class _Digest:
+    """One node's digest, checked whole when opened (every member's CRC, meta.json's layout, every array it names),
+    so a damaged or truncated copy is one line naming the file, not a failure half-way through the merge."""
+
     def __init__(self, path: str) -> None:
         self.path = path
         try:
@@ -154,15 +157,57 @@ class _Digest:
             self.meta = json.loads(self.zip.read("meta.json"))
         except (OSError, zipfile.BadZipFile, KeyError, ValueError) as exc:
             raise LogError(f"{path}: not a check-log digest ({exc})") from None
-        if self.meta.get("tool") != TOOL:
+        if not isinstance(self.meta, dict) or self.meta.get("tool") != TOOL or "format" not in self.meta:
             raise LogError(f"{path}: not a check-log digest (written by check-log --digest)")
         if self.meta.get("format") != DIGEST_FORMAT:
             raise LogError(f"{path}: a check-log digest of format {self.meta.get('format')}, this build merges format "
                            f"{DIGEST_FORMAT}: write the node's digest again with this build's check-log --digest")
         self.names = set(self.zip.namelist())
+        try:
+            bad = self.zip.testzip()
+            missing = [name for name in self._named() if name not in self.names]
+        except (OSError, zipfile.BadZipFile, KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
+            raise LogError(f"{path}: a damaged check-log digest ({type(exc).__name__}: {exc}): write the node's digest "
+                           "again") from None
+        if bad is not None:
+            raise LogError(f"{path}: a damaged check-log digest ({bad} fails its CRC check): write the node's digest again")
+        if missing:
+            raise LogError(f"{path}: a damaged check-log digest ({missing[0]} is missing, {len(missing)} in all): write "
+                           "the node's digest again")
+
+    def _named(self) -> list[str]:
+        """Every member meta.json names, its layout checked on the way (a damaged one raises here)."""
+        def need(d: Any, *keys: str) -> None:
+            lacking = [k for k in keys if k not in d]
+            if lacking:
+                raise KeyError(f"meta.json lacks {lacking[0]!r}")
+
+        need(self.meta, "spec_hash", "counts", "notes", "sessions")
+        names = []
+        for i, s in enumerate(self.meta["sessions"]):
+            need(s, "ranks", "chunks", "findings")
+            if not all(isinstance(c, dict) and isinstance(c.get("lo"), int) and isinstance(c.get("hi"), int)
+                       for c in s["chunks"]):
+                raise ValueError(f"meta.json: a chunk of session {i} without its pass range")
+            for r, rank in enumerate(s["ranks"]):
+                need(rank, "header", "stats", "files", "notes", "fails")
+                names.append(f"s{i}/waits/r{r}")
+                names += [f"s{i}/c{j}/r{r}.npz" for j in range(len(s["chunks"]))]
+        return names
+
+    def read(self, name: str) -> Any:
+        """A member's arrays (an ``.npz``) or array, a member that is not one being a damaged digest."""
+        try:
+            data = io.BytesIO(self.zip.read(name))
+            if name.endswith(".npz"):
+                return np.load(data, allow_pickle=False)
+            return np.lib.format.read_array(data, allow_pickle=False)
+        except (OSError, zipfile.BadZipFile, KeyError, ValueError, EOFError) as exc:
+            raise LogError(f"{self.path}: a damaged check-log digest ({name}: {exc}): write the node's digest "
+                           "again") from None
 
     def array(self, name: str) -> np.ndarray:
-        return np.lib.format.read_array(io.BytesIO(self.zip.read(name)), allow_pickle=False)
+        return self.read(name)
 
 
 def _key(rank: dict[str, Any]) -> tuple:
@@ -264,7 +309,7 @@ def _load(d: _Digest, i: int, r: int, lo: int, hi: int) -> CrossCols:
 
 
 def _chunk(d: _Digest, i: int, j: int, r: int) -> CrossCols:
-    npz = np.load(io.BytesIO(d.zip.read(f"s{i}/c{j}/r{r}.npz")), allow_pickle=False)
+    npz = d.read(f"s{i}/c{j}/r{r}.npz")
     return CrossCols.from_arrays(npz.__getitem__, list(npz.files), "")
 
 

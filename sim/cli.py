@@ -13,6 +13,8 @@ import time
 from typing import Any, Optional, TextIO
 
 from ..files import Outputs
+from ..runtime.decision_log import options_from
+from ..spec.errors import ConfigError
 from .config import SimConfig, Variant
 from .cost import SGLANG_32880, SGLANG_35241, CostModel
 from .engine import simulate
@@ -265,6 +267,10 @@ class ProgressBar:
 def main(args: argparse.Namespace, stdout: Optional[TextIO] = None, stderr: Optional[TextIO] = None) -> int:
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
+    try:  # PREFILL_DELAYER_DECISION_LOG and its options, as every rank's policy will read them: checked before any run
+        options_from(None)
+    except ConfigError as exc:
+        raise SimInputError(str(exc)) from None
     if getattr(args, "suite", None) is not None:
         from .suite_run import main as suite
 

@@ -92,6 +92,9 @@ class SimConfig:
         _int_at_least("chunked_prefill_size (the chunk budget)", self.chunked_prefill_size, 1)
         _int_at_least("max_prefill_tokens", self.max_prefill_tokens, 1)
         _int_at_least("page_size", self.page_size, 1)
+        if self.page_size > self.max_total_tokens:
+            raise SimInputError(f"page_size={self.page_size} exceeds max_total_tokens={self.max_total_tokens}: the KV pool "
+                                "would hold no whole page")
         _int_at_least("passes", self.passes, 1)
         _int_at_least("seed", self.seed, 0)
         _seconds("duration_s", self.duration_s)

@@ -38,7 +38,7 @@ from .gather import make_gather, with_stack_room
 from .policy_site import PolicySite, binding_of, policy_config
 from .rank import NegotiateArgs, RankScheduler
 from .result import RunResult
-from .trackers import MaxPrefillBsTracker
+from .trackers import LIFETIME, MaxPrefillBsTracker
 from .workload import Request, Workload, largest_request
 
 # progress(variant label, passes done, passes planned, simulated seconds, final=False)
@@ -62,13 +62,19 @@ class _Outcome:
 
 
 def check_fits(config: SimConfig, workload: Workload) -> None:
-    """Every request must fit one rank's KV pool, or it would wait forever at the head of its queue."""
+    """Every request must be admissible on an empty rank, or it would wait forever at the head of its queue: the
+    rank's own admission decides (SGLang's ``PrefillAdder`` wants the prompt in whole pages, a page more, the output
+    and a reserve token in the KV pool), tried on the request that needs the most."""
     largest = largest_request(workload)
-    if largest is not None and largest[0] >= config.max_total_tokens:
-        tokens, where = largest
+    if largest is None:
+        return
+    prompt, output, where = largest
+    rank = RankScheduler(0, config, None, MaxPrefillBsTracker(LIFETIME))
+    rank.receive(Request(0, 0.0, prompt, output), group_ran=False)
+    if rank.schedule(0.0, None) is None:
         raise SimInputError(
-            f"{where} needs {tokens} KV tokens (prompt + output), but max_total_tokens is {config.max_total_tokens}: "
-            "it could never be admitted"
+            f"{where} ({prompt} prompt + {output} output tokens) could never be admitted: SGLang's admission on an empty "
+            f"rank needs more than max_total_tokens {config.max_total_tokens} (page size {config.page_size})"
         )
 
 

@@ -176,7 +176,7 @@ class SGLangGroup:
                 f"{'' if runs == WINDOW else f' ({variant.name} keeps its own, {runs})'}; {variant.label} asks for {variant.tracker}"
             )
         largest = largest_request(workload)
-        context = (largest[0] if largest is not None else config.max_total_tokens) + 8
+        context = (largest[0] + largest[1] if largest is not None else config.max_total_tokens) + 8
         settings = RankSettings(
             dp_size=config.dp_size, max_running_requests=config.max_running_requests, max_total_tokens=config.max_total_tokens,
             chunked_prefill_size=config.chunked_prefill_size, max_prefill_tokens=config.max_prefill_tokens,

@@ -393,15 +393,16 @@ class Mix:
 Workload = Union[Poisson, Bursty, Burst, LongPrompt, TraceReplay, Mix]
 
 
-def largest_request(workload: Workload) -> Optional[tuple[int, str]]:
-    """The most KV tokens one request of the workload can need (prompt + output), and what it is; None if unknown."""
+def largest_request(workload: Workload) -> Optional[tuple[int, int, str]]:
+    """The request of the workload that needs the most KV tokens (prompt + output): its prompt, its output, and what
+    it is; None if unknown (a generator's longest prompt with its longest output)."""
     if isinstance(workload, Mix):
         found = [x for x in (largest_request(p) for p in workload.parts) if x is not None]
-        return max(found) if found else None
+        return max(found, key=lambda x: x[0] + x[1]) if found else None
     if isinstance(workload, TraceReplay):
         if not workload.rows:
             return None
         i = max(range(len(workload.rows)), key=lambda k: workload.rows[k][1] + workload.rows[k][2])
         where = f"{workload.name}:{workload.lines[i]}" if workload.lines else f"{workload.name} request {i + 1}"
-        return workload.rows[i][1] + workload.rows[i][2], where
-    return workload.prompt.hi + workload.output.hi, "the longest prompt plus output"
+        return workload.rows[i][1], workload.rows[i][2], where
+    return workload.prompt.hi, workload.output.hi, "the longest prompt with the longest output"

@@ -8,7 +8,9 @@ import json
 import shutil
 import zipfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
+
+import pytest
 
 from decision_log_harness import check_log, read_lines, write_inprocess_logs
 from desync_harness import make_config
@@ -217,3 +219,55 @@ def test_a_digest_of_an_earlier_format_is_refused_saying_so(tmp_path: Path) -> N
     assert rc == 2 and out == "" and len(err.splitlines()) == 1, out + err
     assert f"old.digest: a check-log digest of format {DIGEST_FORMAT - 1}, this build merges format {DIGEST_FORMAT}" in err
     assert "write the node's digest again with this build's check-log --digest" in err
+
+
+def _rewritten(src_path: Path, dst_path: Path, change: Any) -> None:
+    """A copy of a digest with ``change(name, data)`` applied to each member (None: the member left out)."""
+    with zipfile.ZipFile(src_path) as src, zipfile.ZipFile(dst_path, "w") as dst:
+        for name in src.namelist():
+            data = change(name, src.read(name))
+            if data is not None:
+                dst.writestr(name, data)
+
+
+@pytest.mark.parametrize("damage, says", [
+    ("flip", "fails its CRC check"),
+    ("drop-chunk", "r0.npz is missing"),
+    ("only-meta", "is missing"),
+    ("garbage-chunk", "r0.npz:"),
+    ("meta-list", "not a check-log digest"),
+    ("meta-no-format", "not a check-log digest"),
+    ("meta-no-sessions", "meta.json lacks 'sessions'"),
+])
+def test_a_damaged_digest_is_one_line_naming_it(tmp_path: Path, damage: str, says: str) -> None:
+    logs = tmp_path / "logs"
+    write_inprocess_logs(logs, world=2, passes=5)
+    good, bad = tmp_path / "good.digest", tmp_path / "bad.digest"
+    rc, out, err = check_log(str(logs), "--digest", str(good))
+    assert rc == 0, out + err
+    if damage == "flip":  # one byte of a chunk's data, inside the archive: the member's CRC no longer matches
+        raw = bytearray(good.read_bytes())
+        with zipfile.ZipFile(good) as z:
+            info = z.getinfo("s0/c0/r0.npz")
+        raw[info.header_offset + 30 + len(info.filename) + info.compress_size // 2] ^= 0xFF
+        bad.write_bytes(bytes(raw))
+    else:
+        def change(name: str, data: bytes) -> Optional[bytes]:
+            meta = json.loads(data) if name == "meta.json" else None
+            if damage == "drop-chunk" and name == "s0/c0/r0.npz":
+                return None
+            if damage == "only-meta" and name != "meta.json":
+                return None
+            if damage == "garbage-chunk" and name == "s0/c0/r0.npz":
+                return b"not an array"
+            if damage == "meta-list" and meta is not None:
+                return b"[1]"
+            if damage == "meta-no-format" and meta is not None:
+                return json.dumps({k: v for k, v in meta.items() if k != "format"}).encode()
+            if damage == "meta-no-sessions" and meta is not None:
+                return json.dumps({k: v for k, v in meta.items() if k != "sessions"}).encode()
+            return data
+        _rewritten(good, bad, change)
+    rc, out, err = check_log("--merge", str(bad))
+    assert rc == 2 and out == "" and len(err.splitlines()) == 1, out + err
+    assert "bad.digest: " in err and says in err and "Traceback" not in err, err

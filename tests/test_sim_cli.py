@@ -122,7 +122,11 @@ BAD = [
     (["--dp-size", "0"], "--dp-size must be an integer in [1, 256], got 0"),
     (["--profile", "sglang-9.9"], "unknown profile 'sglang-9.9': expected one of seed, sglang-0.5.17"),
     (["--passes", "0"], "passes=0: expected an integer >= 1"),
-    (["--max-total-tokens", "1000"], "needs 2040 KV tokens (prompt + output), but max_total_tokens is 1000"),
+    (["--max-total-tokens", "1000"], "(2000 prompt + 40 output tokens) could never be admitted"),
+    # SGLang's admission wants a page more than the prompt and a reserve token beside the output: 2,043 tokens here
+    (["--max-total-tokens", "2042"], "needs more than max_total_tokens 2042 (page size 1)"),
+    (["--max-total-tokens", "2100", "--page-size", "1000"], "needs more than max_total_tokens 2100 (page size 1000)"),
+    (["--page-size", "2000000"], "page_size=2000000 exceeds max_total_tokens=1000000"),
     (["--concurrency", "4"], "--concurrency does not apply to --workload poisson"),
     (["--max-delay-passes", "-1"], "invalid max_delay_passes=-1"),
     (["--token-usage-low-watermark", "1.5"], "invalid token_usage_low_watermark=1.5"),
@@ -194,3 +198,18 @@ def test_bench_smoke(capsys):
     rows = [line for line in out.splitlines() if line.endswith(" running/rank)")]
     assert len(rows) == 4 and all(" passes/s (" in row for row in rows), out
     assert "target: 10,000 passes at DP=8" in out
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("PREFILL_DELAYER_DECISION_LOG_MAX_MB", "abc", "PREFILL_DELAYER_DECISION_LOG_MAX_MB='abc': expected a whole number >= 1"),
+    ("PREFILL_DELAYER_DECISION_LOG_KEEP", "-1", "PREFILL_DELAYER_DECISION_LOG_KEEP='-1': expected a whole number >= 0"),
+    ("PREFILL_DELAYER_DECISION_LOG_ROWS", "bogus", "PREFILL_DELAYER_DECISION_LOG_ROWS='bogus': expected compact"),
+])
+def test_a_bad_decision_log_option_is_one_line_before_any_run(tmp_path, monkeypatch, capsys, name, value, message):
+    logs = tmp_path / "logs"
+    monkeypatch.setenv("PREFILL_DELAYER_DECISION_LOG", str(logs))
+    monkeypatch.setenv(name, value)
+    assert cli([*SMALL, "--profile", "hardened"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("prefill-delayer simulate: ") and err.count("\n") == 1 and message in err, err
+    assert not logs.exists()  # no rank opened its log

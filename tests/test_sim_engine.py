@@ -172,7 +172,7 @@ def test_kv_capacity_bounds_admission():
 
 
 def test_a_request_that_never_fits_is_refused_up_front():
-    with pytest.raises(SimInputError, match="t.csv:7 needs 5000 KV tokens"):
+    with pytest.raises(SimInputError, match=r"t.csv:7 \(4000 prompt \+ 1000 output tokens\) could never be admitted"):
         run_variant(small(max_total_tokens=4000), Variant.of("seed"), TraceReplay(rows=((0.0, 4000, 1000),), name="t.csv", lines=(7,)))
 
 
