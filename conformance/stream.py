@@ -184,21 +184,35 @@ def _line_counter() -> Callable[[str, int], int]:
     return line_at
 
 
+MIN_CHUNK_PASSES = 64  # the shortest chunk ``plan`` cuts
+
+
+def _pass_range(s: Session) -> tuple[int, int]:
+    """The passes [lo, hi) some log of session ``s`` holds."""
+    firsts = [i.first for log in s.logs for i in infos_of(log) if i.first is not None]
+    lasts = [i.last for log in s.logs for i in infos_of(log) if i.last is not None]
+    return (min(firsts), max(lasts) + 1) if firsts else (1, 2)
+
+
+def most_chunks(sessions: list[Session]) -> int:
+    """The most chunks ``plan`` can cut the sessions into: more workers than that would only idle."""
+    total = 0
+    for s in sessions:
+        lo, hi = _pass_range(s)
+        total += -(-(hi - lo) // MIN_CHUNK_PASSES)
+    return max(1, total)
+
+
 def plan(s: Session, exact: bool, sample: float, cross: bool = False,
          chunk_records: Optional[int] = None, jobs: int = 1) -> Iterator[ChunkTask]:
     """The chunks of session ``s``, in pass order: as many as ``jobs`` divides, none larger than ``chunk_records``
     (so that no worker idles through the last chunk while another checks it)."""
-    firsts = [i.first for log in s.logs for i in infos_of(log) if i.first is not None]
-    lasts = [i.last for log in s.logs for i in infos_of(log) if i.last is not None]
-    if not firsts:
-        lo, hi = 1, 2
-    else:
-        lo, hi = min(firsts), max(lasts) + 1
-    step = max(64, (chunk_records or CHUNK_RECORDS) // max(1, len(s.logs)))
+    lo, hi = _pass_range(s)
+    step = max(MIN_CHUNK_PASSES, (chunk_records or CHUNK_RECORDS) // max(1, len(s.logs)))
     chunks = -(-(hi - lo) // step)
     if jobs > 1 and chunks > 1:
         chunks = -(-chunks // jobs) * jobs
-        step = max(64, -(-(hi - lo) // chunks))
+        step = max(MIN_CHUNK_PASSES, -(-(hi - lo) // chunks))
     bounds = list(range(lo, hi, step)) + [hi]
     line_at = _line_counter()
     where = [_positions(log, bounds) for log in s.logs]
@@ -1183,6 +1197,7 @@ def check_stream(paths: list[str], *, own_profile: bool = False, exact: bool = F
     sessions, notes = build_sessions(logs, own_profile)
     for s in sessions:  # built (and what they import, imported) before forked workers copy this process
         _model(s.config)
+    jobs = min(jobs, most_chunks(sessions))  # --jobs 3000 on a log of three chunks starts three workers, not 3000
     pool = start_pool(jobs)
     with ended(pool) if pool is not None else contextlib.nullcontext():  # every worker reaped before the result is out
         return _check_sessions(logs, empty, sessions, notes, exact, sample, pool, jobs, plot, progress, keep)

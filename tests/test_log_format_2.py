@@ -382,3 +382,27 @@ def test_take_cuts_every_column_of_a_tuple_to_some_passes_and_keeps_its_constant
     t = T(np.arange(5), 7, np.arange(15).reshape(3, 5))
     got = take(t, np.array([1, 4]), 5)
     assert type(got) is T and got.a.tolist() == [1, 4] and got.b == 7 and got.c.tolist() == [[1, 4], [6, 9], [11, 14]]
+
+
+def test_no_more_workers_than_the_log_has_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--jobs 500`` on 300 passes (at most five chunks of 64 passes) starts five workers, not 500, and finds what one
+    process finds."""
+    from prefill_delayer.conformance import stream
+
+    write_inprocess_logs(tmp_path, world=2, passes=300)
+    started: list[int] = []
+    real = stream.start_workers
+
+    def recording(jobs: int, **kw: Any) -> Any:
+        started.append(jobs)
+        return real(jobs, **kw)
+
+    monkeypatch.setattr(stream, "start_workers", recording)
+    rc, out, err = check_log(str(tmp_path), "--jobs", "500", "--json", str(tmp_path / "many.json"))
+    assert rc == 0 and err == "", out + err
+    assert started == [5], started
+    monkeypatch.setattr(stream, "start_workers", real)
+    rc, out, err = check_log(str(tmp_path), "--jobs", "1", "--json", str(tmp_path / "one.json"))
+    assert rc == 0, out + err
+    assert ({k: v for k, v in _json(tmp_path / "many.json").items() if k != "tool"}
+            == {k: v for k, v in _json(tmp_path / "one.json").items() if k != "tool"})
