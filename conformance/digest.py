@@ -41,7 +41,7 @@ from ..spec.schema import MODE_COMPACT
 from .checks import Finding, LogStats, Report, Session, divergence_is_no_known_defect
 from .desync import REFUSED
 from .logread import FailRec, LogError, RankLog
-from .stream import CHUNK_RECORDS, ChunkOut, CrossCols, Stitcher, _model, cross_check
+from .stream import CHUNK_RECORDS, MIN_CHUNK_PASSES, ChunkOut, CrossCols, Stitcher, _model, cross_check
 
 # 2: the fail records with their place and, for refused collectives, their message; the stamp as an offset
 DIGEST_FORMAT = 2
@@ -290,7 +290,7 @@ def _ranges(run: list[tuple[_Digest, int, int]]) -> list[tuple[int, int]]:
     if not chunks:
         return []
     lo, hi = min(c["lo"] for c in chunks), max(c["hi"] for c in chunks)
-    step = max(64, CHUNK_RECORDS // max(1, len(run)))
+    step = max(MIN_CHUNK_PASSES, CHUNK_RECORDS // max(1, len(run)))
     return [(a, min(a + step, hi)) for a in range(lo, hi, step)]
 
 
