@@ -4,6 +4,12 @@
   logs: the others ran no delayer of ours (SGLang's own class, where
   ``PREFILL_DELAYER_PROFILE`` is not set, writes no log) or had the log off.
   Their decisions are unchecked, and a mixed rollout looks exactly like this.
+  And a rank whose log ends (or holds no pass) more than one pass before its
+  peers' logs end: the ranks of a group run every pass together (a rank that
+  dies stops its peers within the pass in flight), so its log was cut or
+  stopped (a write error, a full disk) while the rank went on, and its last
+  passes are unchecked. Only the end is judged: a rotated log (``_KEEP``)
+  starts later on one rank than on another by design.
 * **same-pass.** The runtime refuses a pass whose rows carry different pass
   stamps (``runtime.envelope``) and logs it as a ``DesyncError``: each such
   collective is one finding, with the ranks that logged it, wherever their
@@ -32,7 +38,7 @@ DESYNC = "desync"
 REFUSED = DesyncError.__name__  # the error a fail line of a collective the runtime refused as a desync names
 # (category, property, what it covers): rows of check-log's verdict table.
 CHECKS = (
-    (DESYNC, "every-rank-logged", "every rank of the gather wrote a log"),
+    (DESYNC, "every-rank-logged", "every rank of the gather wrote a log, to the run's last pass"),
     (DESYNC, "same-pass", "every all-gather paired rows of one pass (no skip, repeat, restart or foreign delayer)"),
 )
 
@@ -49,6 +55,7 @@ def _first_pass(s: Session) -> int:
 
 
 def every_rank_logged(report: Report, s: Session) -> None:
+    logs_end_together(report, s)
     world = s.config.world_size
     if len(s.logs) >= world:
         return
@@ -63,6 +70,26 @@ def every_rank_logged(report: Report, s: Session) -> None:
         "(SGLang's own PrefillDelayer, where PREFILL_DELAYER_PROFILE is not set, writes no log), or with the "
         "decision log off; its decisions are not checked",
         [log.files[0] for log in s.logs]))
+
+
+def logs_end_together(report: Report, s: Session) -> None:
+    """A rank's log that ends more than one pass before the last any peer logged, or holds no pass (one finding per
+    such rank; the stats are those the chunks gathered, or a node's digest kept)."""
+    lasts = {log.rank: report.stats[(s.index, log.rank)].last for log in s.logs if (s.index, log.rank) in report.stats}
+    end = max((x for x in lasts.values() if x is not None), default=None)
+    if end is None:
+        return
+    for log in s.logs:
+        last = lasts.get(log.rank, end)
+        if last is not None and last >= end - 1:
+            continue
+        held = "holds no pass" if last is None else f"ends at pass {last}"
+        report.add(Finding(
+            DESYNC, "every-rank-logged", s.index, end if last is None else last + 1, [log.rank],
+            f"run {s.index}: rank {log.rank}'s log {held}, its peers' at pass {end}: the ranks run every pass together, "
+            f"so the log was cut or stopped (a write error, a full disk) while rank {log.rank} went on; its passes "
+            f"{'up to' if last is None else f'{last + 1} to'} {end} are not checked",
+            [log.files[-1]] if log.files else []))
 
 
 def desync_errors(report: Report, s: Session) -> None:

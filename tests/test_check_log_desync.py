@@ -271,3 +271,23 @@ def test_a_damaged_digest_is_one_line_naming_it(tmp_path: Path, damage: str, say
     rc, out, err = check_log("--merge", str(bad))
     assert rc == 2 and out == "" and len(err.splitlines()) == 1, out + err
     assert "bad.digest: " in err and says in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("kept, says", [
+    (21, "rank 2's log ends at pass 20, its peers' at pass 60"),
+    (1, "rank 2's log holds no pass, its peers' at pass 60"),
+])
+def test_a_rank_log_that_ends_before_its_peers_is_found_alone_and_in_the_merge(tmp_path: Path, kept: int, says: str) -> None:
+    """Rank 2's log cut after its header and ``kept - 1`` passes (a full disk, a copy cut short): every-rank-logged
+    names it, on one check-log and on the merge of two nodes' digests; ranks ending one pass apart stay clean (the
+    drift test above)."""
+    logs = tmp_path / "logs"
+    write_inprocess_logs(logs, world=4, passes=60)
+    path = logs / "rank2.jsonl"
+    path.write_text("".join(path.read_text().splitlines(True)[:kept]))
+    whole = _whole(tmp_path, logs)
+    (f,) = [f for f in whole["findings"] if f["property"] == "every-rank-logged"]
+    assert f["ranks"] == [2] and says in f["message"] and "are not checked" in f["message"], f
+    assert _verdict(whole, "every-rank-logged")["status"] == "violated"
+    rc, merged, _ = _over_two_nodes(tmp_path, logs, 4, lambda r: r // 2)
+    assert rc == 1 and [g["message"] for g in merged["findings"] if g["property"] == "every-rank-logged"] == [f["message"]]
