@@ -206,9 +206,6 @@ class _Digest:
             raise LogError(f"{self.path}: a damaged check-log digest ({name}: {exc}): write the node's digest "
                            "again") from None
 
-    def array(self, name: str) -> np.ndarray:
-        return self.read(name)
-
 
 def _key(rank: dict[str, Any]) -> tuple:
     h = rank["header"]
@@ -264,7 +261,7 @@ def merge_digests(paths: list[str], jobs: Optional[int] = None) -> tuple[Report,
         stitch = Stitcher(report, s, model, step)
         for (d, i, r), log in zip(run, s.logs):
             info = d.meta["sessions"][i]["ranks"][r]
-            report.stats[(s.index, log.rank)] = _stats_of(info["stats"], d.array(f"s{i}/waits/r{r}"))
+            report.stats[(s.index, log.rank)] = _stats_of(info["stats"], d.read(f"s{i}/waits/r{r}"))
         for d, i in {(d, i) for d, i, _ in run}:
             for f in d.meta["sessions"][i]["findings"]:
                 report.findings.append(Finding(f["category"], f["property"], s.index, f["pass"], f["ranks"], f["message"],
