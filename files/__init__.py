@@ -281,19 +281,24 @@ class Staged:
     def path(self, option: str) -> str:
         """A temporary file for file option ``option`` with the target's suffix, for writers that take a name (a plot)."""
         out = self._output(option, folder=False)
-        return self._temp(out.real, Path(out.value).suffix)
+        with _naming(option, out.value):
+            return self._temp(out.real, Path(out.value).suffix)
 
     def write(self, option: str, data: Union[str, bytes]) -> None:
         """The whole content of file option ``option``."""
-        _fill(self.path(option), data)
+        out = self._output(option, folder=False)
+        with _naming(option, out.value):
+            _fill(self._temp(out.real, Path(out.value).suffix), data)
 
     def write_in(self, option: str, name: str, data: Union[str, bytes]) -> str:
         """File ``name`` inside folder option ``option``; returns its path as the user named the folder."""
         out = self._output(option, folder=True)
         if not name or os.sep in name or name in (".", ".."):
             raise ValueError(f"not a file name: {name!r}")
-        _fill(self._temp(os.path.join(out.real, name), ""), data)
-        return os.path.join(out.value, name)
+        shown = os.path.join(out.value, name)
+        with _naming(option, shown):
+            _fill(self._temp(os.path.join(out.real, name), ""), data)
+        return shown
 
     def discard(self) -> None:
         """Remove every temporary file and every folder created for them."""
@@ -311,12 +316,26 @@ class Staged:
         with _sigint_held():
             try:
                 for tmp, target in self._temps:
-                    os.replace(tmp, target)
+                    with _naming("", target):
+                        os.replace(tmp, target)
             except BaseException:
                 self.discard()
                 raise
         self._temps.clear()
         self._made.clear()
+
+
+@contextlib.contextmanager
+def _naming(option: str, shown: str) -> Iterator[None]:
+    """An ``OSError`` while writing an output (a full disk: ``[Errno 28] No space left on device``, which names no
+    file) as an ``OutputError`` naming the option and the file the user asked for, not the temporary beside it."""
+    try:
+        yield
+    except OutputError:
+        raise
+    except OSError as exc:
+        where = f"{option} {shown}" if option else shown
+        raise OutputError(f"{where}: cannot write it: {exc.strerror or exc}") from None
 
 
 def _fill(path: str, data: Union[str, bytes]) -> None:

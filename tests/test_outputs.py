@@ -401,6 +401,9 @@ def test_a_failure_while_writing_leaves_no_output(command: Any, monkeypatch: pyt
     monkeypatch.setattr(files, "_fill", fails_last)
     rc, out, err = run(argv)
     assert rc == 2 and "No space left on device" in err and err.count("\n") == 1, err
+    # the file named as the user asked for it, with its option (the OSError itself names none): not a temporary
+    assert any(f"{o.split()[0]} {tmp_path / 'out'}" in err for o in outputs if o.startswith("--")), err
+    assert ".part" not in err, err
     assert tree(tmp_path) == []  # nothing written, no folder created for it, no temporary file left
 
 
