@@ -62,8 +62,12 @@ def options_problem(args: Any) -> Optional[str]:
         return f"--sample must be a share in [0, 1], got {args.sample}"
     if args.jobs is not None and args.jobs < 1:
         return f"--jobs must be an integer >= 1, got {args.jobs}"
-    if args.merge and (args.traces is not None or args.plot is not None or args.digest is not None or args.exact):
-        return "--merge reads digests, not logs: --traces, --plot, --digest and --exact need the logs"
+    if args.merge and (args.traces is not None or args.plot is not None or args.digest is not None or args.exact
+                       or args.sample is not None or args.own_profile):
+        return ("--merge reads digests, not logs: --traces, --plot, --digest, --exact, --sample and --own-profile "
+                "need the logs (give --own-profile and --sample where each node writes its --digest)")
+    if args.exact and args.sample is not None:
+        return "--exact re-fires every pass through the machine: --sample (a share of the passes) has no effect with it"
     try:
         problem = outputs(args).problem()
     except LogError as exc:

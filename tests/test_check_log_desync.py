@@ -291,3 +291,26 @@ def test_a_rank_log_that_ends_before_its_peers_is_found_alone_and_in_the_merge(t
     assert _verdict(whole, "every-rank-logged")["status"] == "violated"
     rc, merged, _ = _over_two_nodes(tmp_path, logs, 4, lambda r: r // 2)
     assert rc == 1 and [g["message"] for g in merged["findings"] if g["property"] == "every-rank-logged"] == [f["message"]]
+
+
+@pytest.mark.parametrize(("given", "says"), [
+    (("--sample", "0.5"), "--merge reads digests, not logs"),
+    (("--own-profile",), "--merge reads digests, not logs"),
+])
+def test_an_option_the_merge_would_not_use_is_refused(tmp_path: Path, given: tuple[str, ...], says: str) -> None:
+    """--sample and --own-profile act on the logs each node checks: given to --merge they would be dropped without a
+    word, so the command names where they belong instead."""
+    write_inprocess_logs(tmp_path / "logs", world=2, passes=10)
+    digest = tmp_path / "node.digest"
+    rc, out, err = check_log(str(tmp_path / "logs"), "--digest", str(digest))
+    assert rc == 0, out + err
+    rc, out, err = check_log("--merge", str(digest), *given)
+    assert rc == 2 and says in err and "--own-profile and --sample where each node writes its --digest" in err, err
+    assert err.count("\n") == 1 and out == ""
+
+
+def test_exact_with_a_sample_share_is_refused(tmp_path: Path) -> None:
+    """--exact re-fires every pass; a --sample share beside it would be ignored."""
+    write_inprocess_logs(tmp_path, world=2, passes=10)
+    rc, out, err = check_log(str(tmp_path), "--exact", "--sample", "0.1")
+    assert rc == 2 and "--exact re-fires every pass" in err and err.count("\n") == 1, err
