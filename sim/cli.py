@@ -8,16 +8,19 @@ on stdout, the progress bar (when shown) on stderr.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import re
 import sys
 import time
-from typing import Any, Optional, TextIO
+from typing import Any, Iterable, Iterator, Optional, Sequence, TextIO
 
 from ..files import Outputs
-from ..runtime.decision_log import options_from
+from ..runtime.decision_log import DECISION_LOG_ENV, options_from
 from ..spec.errors import ConfigError
 from .config import SimConfig, Variant
 from .cost import SGLANG_32880, SGLANG_35241, CostModel
-from .engine import simulate
+from .engine import check_fits, simulate
 from .errors import SimInputError
 from .options import PROGRESS_AUTO, SCENARIOS, settings
 from ..spec.registry import policy_of
@@ -41,6 +44,9 @@ _WORKLOAD_KEYS = (*_APPLIES, "wave", "wave_prompt_tokens", "wave_output_tokens")
 # sim.plot saves the figure, then re-saves it as a palette PNG (its ``_shrink``): PNG is all it writes.
 PLOT_SUFFIXES = (".png",)
 MAX_DP_SIZE = 256  # a pass's cost grows with the ranks (every rank's gather); past this one pass takes seconds
+# A closed loop's clients each hold a request from the start (about 300 bytes: a million take 300 MB and 4 s to
+# set up); past the group's running slots they only wait in its queues, so more shows nothing new.
+MAX_CONCURRENCY = 1_000_000
 _REQUIRED = {
     "poisson": ("rate", "prompt_tokens", "output_tokens"),
     "bursty": ("rate", "burst", "prompt_tokens", "output_tokens"),
@@ -80,6 +86,8 @@ def build(args: argparse.Namespace) -> tuple[SimConfig, list[Variant], Workload,
                             "simulated time after the warm-up, and none would be left")
     config = _config(s)
     workload = _workload(s, given, config)
+    with options_named():
+        check_fits(config, workload)  # every request can be admitted: said here, before any run, in the options
     tracker = s["tracker"]
 
     def tracker_of(name: str) -> Any:
@@ -117,40 +125,56 @@ def outputs(s: dict[str, Any]) -> Outputs:
 COSTS = {"35241": SGLANG_35241, "32880": SGLANG_32880}
 _COST_OPTIONS = {"cost_floor": "floor_s", "cost_attn_token": "attn_token_s", "cost_attn_decode": "attn_decode_s",
                  "cost_moe_token": "moe_token_s", "cost_idle_pass": "idle_pass_s"}
+# Each option (its key in the settings) and the ``SimConfig`` field it sets; ``--set`` and the cost are built apart.
+_CONFIG_FIELDS = {
+    "dp_size": "dp_size", "max_running_requests": "max_running_requests", "max_total_tokens": "max_total_tokens",
+    "chunked_prefill_size": "chunked_prefill_size", "max_prefill_tokens": "max_prefill_tokens",
+    "mixed_chunk": "enable_mixed_chunk", "max_delay_passes": "max_delay_passes",
+    "token_usage_low_watermark": "token_usage_low_watermark", "queue_min_ratio": "queue_min_ratio",
+    "max_delay_ms": "max_delay_ms", "prefill_max_requests": "prefill_max_requests", "passes": "passes",
+    "duration": "duration_s", "warmup": "warmup_s", "seed": "seed", "gather": "gather", "page_size": "page_size",
+    "scheduler": "scheduler", "prefix_cache": "prefix_cache", "load_balance_method": "load_balance_method",
+    "health_check_interval": "health_check_interval_s", "resubmit_gap": "resubmit_gap_s",
+}
+# The names a setting's message may use (``SimConfig``'s fields, the cost model's, the workloads' arguments),
+# each with the option that gives it.
+_OPTION_OF = {**{f: k for k, f in _CONFIG_FIELDS.items()}, **{f: k for k, f in _COST_OPTIONS.items()},
+              **{k: k for k in ("rate", "burst", "concurrency")}}
+
+
+def in_options(message: str) -> str:
+    """A message of ``SimConfig``, ``CostModel`` or a workload names their fields (the Python API's names:
+    ``invalid max_running_requests=0``); the command's user gave options, so it names those
+    (``invalid --max-running-requests 0``)."""
+    def option(m: re.Match) -> str:
+        key = _OPTION_OF.get(m.group(2))
+        if key is None or not (m.group(3) or "_" in m.group(2)):  # a plain word is prose unless ``=`` follows it
+            return m.group(0)
+        return _flag(key) + (" " if m.group(3) else "")
+
+    # ``[cost ]name[ (a gloss)]=`` and any other snake_case name of a setting; a leading ``rate must ...``
+    message = re.sub(r"(?<![\w-])(cost )?([a-z]+(?:_[a-z]+)*)(?: \([^)]*\))?(=)?", option, message)
+    return re.sub(r"^(rate|burst|concurrency)( )", lambda m: _flag(m.group(1)) + " ", message)
+
+
+@contextlib.contextmanager
+def options_named() -> Iterator[None]:
+    """``SimInputError``s raised inside, in the command's options (``in_options``)."""
+    try:
+        yield
+    except SimInputError as exc:
+        raise SimInputError(in_options(str(exc))) from None
 
 
 def _config(s: dict[str, Any]) -> SimConfig:
     cost = COSTS[s["cost"] or "35241"]
     changes = {field: s[key] for key, field in _COST_OPTIONS.items() if s[key] is not None}
-    if changes:
-        cost = CostModel(**{**{f: getattr(cost, f) for f in _COST_OPTIONS.values()}, **changes},
-                         source=f"{cost.source}; --cost-* options: {', '.join(sorted(changes))}")
-    return SimConfig(
-        dp_size=s["dp_size"],
-        max_running_requests=s["max_running_requests"],
-        max_total_tokens=s["max_total_tokens"],
-        chunked_prefill_size=s["chunked_prefill_size"],
-        max_prefill_tokens=s["max_prefill_tokens"],
-        enable_mixed_chunk=s["mixed_chunk"],
-        max_delay_passes=s["max_delay_passes"],
-        token_usage_low_watermark=s["token_usage_low_watermark"],
-        queue_min_ratio=s["queue_min_ratio"],
-        max_delay_ms=s["max_delay_ms"],
-        prefill_max_requests=s["prefill_max_requests"],
-        passes=s["passes"],
-        duration_s=s["duration"],
-        warmup_s=s["warmup"],
-        seed=s["seed"],
-        cost=cost,
-        gather=s["gather"],
-        policy_params=tuple(s["set"]),
-        page_size=s["page_size"],
-        scheduler=s["scheduler"],
-        prefix_cache=s["prefix_cache"],
-        load_balance_method=s["load_balance_method"],
-        health_check_interval_s=s["health_check_interval"],
-        resubmit_gap_s=s["resubmit_gap"],
-    )
+    with options_named():
+        if changes:
+            cost = CostModel(**{**{f: getattr(cost, f) for f in _COST_OPTIONS.values()}, **changes},
+                             source=f"{cost.source}; --cost-* options: {', '.join(sorted(changes))}")
+        return SimConfig(**{field: s[key] for key, field in _CONFIG_FIELDS.items()}, cost=cost,
+                         policy_params=tuple(s["set"]))
 
 
 def _workload(s: dict[str, Any], given: set[str], config: SimConfig) -> Workload:
@@ -174,12 +198,15 @@ def _workload(s: dict[str, Any], given: set[str], config: SimConfig) -> Workload
         prompt = Lengths.parse(s["prompt_tokens"], "--prompt-tokens")
         output = Lengths.parse(s["output_tokens"], "--output-tokens")
         _rate_within_capacity(s["rate"], config)
-        if kind == "poisson":
-            main = Poisson(rate=s["rate"], prompt=prompt, output=output)
-        elif kind == "bursty":
-            main = Bursty(rate=s["rate"], burst=s["burst"], prompt=prompt, output=output)
-        else:
-            main = LongPrompt(concurrency=s["concurrency"], prompt=prompt, output=output, drift=_drift(s["drift"], config.dp_size))
+        with options_named():
+            if kind == "poisson":
+                main = Poisson(rate=s["rate"], prompt=prompt, output=output)
+            elif kind == "bursty":
+                main = Bursty(rate=s["rate"], burst=s["burst"], prompt=prompt, output=output)
+            else:
+                main = LongPrompt(concurrency=s["concurrency"], prompt=prompt, output=output,
+                                  drift=_drift(s["drift"], config.dp_size))
+                _concurrency_within_memory(main.concurrency, config)
     wave = s["wave"]
     if wave is None:
         return main
@@ -197,18 +224,29 @@ def _workload(s: dict[str, Any], given: set[str], config: SimConfig) -> Workload
     return Mix((burst, main))
 
 
+def max_rate(config: SimConfig) -> float:
+    """The most requests per second a run takes: every rank's running slots filled in each shortest pass. Past it a
+    run never ends its passes (each pass admits a flood of arrivals) and its queues grow without bound; no
+    comparison is read from it."""
+    return config.dp_size * config.max_running_requests / config.cost.floor_s
+
+
 def _rate_within_capacity(rate: Any, config: SimConfig) -> None:
-    """Refuse an arrival rate past anything the group could run: more requests arriving in one shortest pass than
-    every rank's running slots together. Such a run never ends its passes (each pass admits a flood of arrivals)
-    and its queues grow without bound; no comparison is read from it."""
     if rate is None or isinstance(rate, bool) or not isinstance(rate, (int, float)):
         return
-    slots = config.dp_size * config.max_running_requests
-    if rate * config.cost.floor_s > slots:
+    if rate > max_rate(config):
         raise SimInputError(
             f"--rate {rate:g}: {rate * config.cost.floor_s:,.0f} requests would arrive in one {config.cost.floor_s:g} s pass, "
-            f"more than the {slots} requests all {config.dp_size} ranks run at once; at most "
-            f"{slots / config.cost.floor_s:,.0f} req/s here")
+            f"more than the {config.dp_size * config.max_running_requests} requests all {config.dp_size} ranks run at "
+            f"once; at most {max_rate(config):,.0f} req/s here")
+
+
+def _concurrency_within_memory(concurrency: int, config: SimConfig) -> None:
+    if concurrency > MAX_CONCURRENCY:
+        slots = config.dp_size * config.max_running_requests
+        raise SimInputError(f"--concurrency {concurrency:,}: at most {MAX_CONCURRENCY:,} clients (each holds a request in "
+                            f"memory from the start, about 300 bytes); the {config.dp_size} ranks run {slots:,} at once "
+                            "and the rest only wait in their queues")
 
 
 def _drift(text: Optional[str], dp_size: int) -> tuple:
@@ -267,10 +305,9 @@ class ProgressBar:
 def main(args: argparse.Namespace, stdout: Optional[TextIO] = None, stderr: Optional[TextIO] = None) -> int:
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
-    try:  # PREFILL_DELAYER_DECISION_LOG and its options, as every rank's policy will read them: checked before any run
-        options_from(None)
-    except ConfigError as exc:
-        raise SimInputError(str(exc)) from None
+    problem = decision_log_problem()
+    if problem is not None:
+        raise SimInputError(problem)
     if getattr(args, "suite", None) is not None:
         from .suite_run import main as suite
 
@@ -306,7 +343,35 @@ def main(args: argparse.Namespace, stdout: Optional[TextIO] = None, stderr: Opti
         if s["json"] is not None:
             out.write("--json", to_json(results, s["scenario"]) + "\n")
     stdout.write(report(results, s["wide"]) + "\n")
+    check_logs_whole((r.variant.tracked_name, r.log_failures) for r in results)
     return 0
+
+
+def decision_log_problem() -> Optional[str]:
+    """Why the decision log ``PREFILL_DELAYER_DECISION_LOG`` asks for cannot be written (its options, or a folder
+    that cannot be made or take files), before any run: a server goes on without its log, but a simulation run to
+    write one would otherwise end with exit 0 and no log."""
+    try:  # the options as every rank's policy will read them
+        options = options_from(None)
+    except ConfigError as exc:
+        return str(exc)
+    if options is None:
+        return None
+    return Outputs().folder(f"{DECISION_LOG_ENV}:", str(options.target)).problem()
+
+
+def check_logs_whole(runs: Iterable[tuple[str, Sequence[str]]]) -> None:
+    """After the tables and outputs: a ``SimInputError`` (one line, exit 2) when some rank's decision log stopped in
+    a run (``RunResult.log_failures``: a full disk, say). The runtime logged each as it happened and went on, as a
+    server must; the command's exit status says the log it was asked for is not whole."""
+    stopped = [(name, failures) for name, failures in runs if failures]
+    if not stopped:
+        return
+    ranks = sum(len(f) for _, f in stopped)
+    name, failures = stopped[0]
+    raise SimInputError(f"the decision log stopped on {ranks} rank{'s' * (ranks != 1)} in {len(stopped)} "
+                        f"run{'s' * (len(stopped) != 1)} (first: {name}, {failures[0]}); the files in "
+                        f"{os.environ.get(DECISION_LOG_ENV, '').strip()} end early: the tables above stand, the log does not")
 
 
 def plot_title(s: dict[str, Any], given: set[str]) -> str:

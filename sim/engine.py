@@ -27,7 +27,7 @@ import math
 import operator
 import sys
 from dataclasses import replace
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from ..runtime.core import PolicyCore
 from ..runtime.server_args import ServerArgs
@@ -74,7 +74,7 @@ def check_fits(config: SimConfig, workload: Workload) -> None:
     if rank.schedule(0.0, None) is None:
         raise SimInputError(
             f"{where} ({prompt} prompt + {output} output tokens) could never be admitted: SGLang's admission on an empty "
-            f"rank needs more than max_total_tokens {config.max_total_tokens} (page size {config.page_size})"
+            f"rank needs more than max_total_tokens={config.max_total_tokens} (page_size={config.page_size})"
         )
 
 
@@ -148,10 +148,22 @@ def run_variant(config: SimConfig, variant: Variant, workload: Workload, progres
             with_stack_room(dp, lambda: _loop(config, variant, group, source, clock_now, result, progress))
         finally:
             group.close()
+        result.log_failures = log_failures(group.ranks)
     finally:
         if gather is not None:
             gather.close()
     return result
+
+
+def log_failures(ranks: Sequence[Any]) -> list[str]:
+    """Each rank whose decision log (``PREFILL_DELAYER_DECISION_LOG``) stopped in the run, and why. The runtime goes
+    on without it, as a server must; a simulation asked for the log, so its command says so at the end."""
+    out = []
+    for k, r in enumerate(ranks):
+        log = r.delayer.core.decision_log if r.delayer is not None else None
+        if log is not None and log.failure is not None:
+            out.append(f"rank {k}: {log.failure}")
+    return out
 
 
 class ModelGroup:

@@ -108,6 +108,7 @@ class RunResult:
         self.negotiations: list[int] = []  # each rank's delayer passes (one per scheduler pass)
         self.peak_kv = 0  # the most KV tokens any rank held
         self.health_checks: list[tuple[float, int, bool]] = []  # each probe: (sent at, rank, taken in: False if dropped)
+        self.log_failures: list[str] = []  # each rank's decision log that stopped in the run: "rank R: why"
         self.trace: list[tuple["PassTrace", ...]] = []  # per pass, per rank (only with SimConfig.trace)
         self._summary: Optional[Summary] = None
 

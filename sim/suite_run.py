@@ -21,7 +21,7 @@ from typing import Any, Mapping, Optional, Sequence, TextIO
 from ..files import Outputs
 from ..spec.registry import all_profiles, policy_of
 from .bound import Bound, Slopes, arrivals, bound, capacity_tok_s, demand, percentile, window_capacity_tok_s
-from .cli import PLOT_SUFFIXES, build
+from .cli import PLOT_SUFFIXES, build, check_logs_whole, max_rate, options_named
 from .config import OFF, SimConfig, Variant
 from .engine import check_fits, run_variant
 from .errors import SimInputError
@@ -66,6 +66,7 @@ class Row:
     wall_s: float
     tpot_p50_s: Optional[float] = None  # time per output token after the first (None: no request decoded twice)
     tpot_p99_s: Optional[float] = None
+    log_failures: tuple[str, ...] = ()  # the run's decision logs that stopped (``RunResult.log_failures``)
 
     def fractions(self) -> tuple[Optional[float], Optional[float], Optional[float]]:
         b = self.bound
@@ -119,6 +120,12 @@ def plan(spec: SuiteWorkload, profiles: Sequence[str], s: dict[str, Any], given:
         slopes = Slopes.of(config.cost, config.dp_size, config.chunked_prefill_size, config.max_running_requests)
         d = demand(unit)
         rate = spec.load * capacity_tok_s(slopes, config, d) / d.prompt
+        most = max_rate(config)
+        if rate > most:  # a --load-scale far past the suite's loads: named as the option given, not as a --rate
+            raise SimInputError(f"--load-scale {scale:g}: suite workload {spec.name} would offer {rate:,.0f} req/s, more "
+                                f"than its {config.dp_size} ranks' {config.dp_size * config.max_running_requests} running "
+                                f"slots take in one {config.cost.floor_s:g} s pass ({most:,.0f} req/s): at most "
+                                f"--load-scale {scale * most / rate:.3g} there")
         config, variants, _, _ = build(_namespace(spec, profiles, rate, s["set"]))
         workload = _streams(spec, rate)
     config = _scaled(spec, config, s, given)
@@ -141,7 +148,8 @@ def _scaled(spec: SuiteWorkload, config: SimConfig, s: dict[str, Any], given: se
             changes["duration_s"] = float(d)
     if "passes" in given:
         changes["passes"] = s["passes"]
-    return config.replace(**changes)
+    with options_named():  # --passes 0, --seed -1: named as the options given
+        return config.replace(**changes)
 
 
 def ttfts_censored(r: RunResult) -> list[float]:
@@ -172,7 +180,7 @@ def measure(case: Case, variant: Variant) -> Row:
     ttfts = ttfts_censored(r)
     tpot = tpots(r)
     return Row(case.spec.name, variant.tracked_name, r.summary().input_tok_s, percentile(ttfts, 0.50), percentile(ttfts, 0.99), b,
-               wall, percentile(tpot, 0.50), percentile(tpot, 0.99))
+               wall, percentile(tpot, 0.50), percentile(tpot, 0.99), tuple(r.log_failures))
 
 
 def run_bound(b: Bound, r: RunResult, case: Case) -> Bound:
@@ -361,9 +369,9 @@ def _check_options(given: set[str]) -> None:
     extra = sorted(given - set(SUITE_OPTIONS) - {"scenario"})
     if "scenario" in given or extra:
         flag = "--" + ("scenario" if "scenario" in given else extra[0]).replace("_", "-")
+        takes = ["--" + o.replace("_", "-") for o in SUITE_OPTIONS if o != "suite"]
         raise SimInputError(f"{flag} does not apply with --suite: each workload has its own settings (--suite list shows them); "
-                            "--profile, --set, --duration, --passes, --seed, --seeds, --load-scale, --jobs, --goal, --json "
-                            "and --plot do")
+                            f"{', '.join(takes[:-1])} and {takes[-1]} do")
 
 
 Planned = list[tuple[Case, list[Variant]]]
@@ -500,6 +508,7 @@ def main(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
                                         s["seed"]) + "\n")
         if s["plot"]:
             plot(cases, rows, out.path("--plot"), f"suite {name}{scaled(scale)}: every policy as a fraction of the bound")
+    check_logs_whole((f"{r.workload} {r.policy}", r.log_failures) for r in rows)
     return 0
 
 

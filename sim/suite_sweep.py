@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence, TextIO
 
 from ..files import Outputs
+from .cli import check_logs_whole
 from .report import Column, markdown
 from .suite_goal import WorkloadGoal, misses_said
 from .suite_run import Case, Row, _s, _tok, load_label, plan_suite, run_planned, standings, suite_doc
@@ -252,6 +253,8 @@ def sweep(name: str, profiles: Sequence[str], scales: Sequence[float], seeds: Se
                                             "wall_s": result.wall_s, "runs": runs}, indent=1) + "\n")
         if s["plot"]:
             plot(result, out.path("--plot"))
+    check_logs_whole((f"{cell_label(scales, seeds, c.scale, c.seed)} {r.workload} {r.policy}", r.log_failures)
+                     for c in cells for r in c.rows)
     return 0
 
 

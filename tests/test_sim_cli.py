@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -116,23 +118,27 @@ def _bad_trace(tmp_path: Path) -> str:
 
 
 BAD = [
-    (["--rate", "0"], "rate must be a finite number of requests per second > 0, got 0.0"),
-    (["--rate", "-2"], "rate must be a finite number of requests per second > 0, got -2.0"),
-    (["--chunked-prefill-size", "0"], "chunked_prefill_size (the chunk budget)=0: expected an integer >= 1"),
+    (["--rate", "0"], "--rate must be a finite number of requests per second > 0, got 0.0"),
+    (["--rate", "-2"], "--rate must be a finite number of requests per second > 0, got -2.0"),
+    (["--chunked-prefill-size", "0"], "invalid --chunked-prefill-size 0: expected an integer >= 1"),
     (["--dp-size", "0"], "--dp-size must be an integer in [1, 256], got 0"),
     (["--profile", "sglang-9.9"], "unknown profile 'sglang-9.9': expected one of seed, sglang-0.5.17"),
-    (["--passes", "0"], "passes=0: expected an integer >= 1"),
+    (["--passes", "0"], "invalid --passes 0: expected an integer >= 1"),
     (["--max-total-tokens", "1000"], "(2000 prompt + 40 output tokens) could never be admitted"),
     # SGLang's admission wants a page more than the prompt and a reserve token beside the output: 2,043 tokens here
-    (["--max-total-tokens", "2042"], "needs more than max_total_tokens 2042 (page size 1)"),
-    (["--max-total-tokens", "2100", "--page-size", "1000"], "needs more than max_total_tokens 2100 (page size 1000)"),
-    (["--page-size", "2000000"], "page_size=2000000 exceeds max_total_tokens=1000000"),
+    (["--max-total-tokens", "2042"], "needs more than --max-total-tokens 2042 (--page-size 1)"),
+    (["--max-total-tokens", "2100", "--page-size", "1000"], "needs more than --max-total-tokens 2100 (--page-size 1000)"),
+    (["--page-size", "2000000"], "--page-size 2000000 exceeds --max-total-tokens 1000000"),
     (["--concurrency", "4"], "--concurrency does not apply to --workload poisson"),
-    (["--max-delay-passes", "-1"], "invalid max_delay_passes=-1"),
-    (["--token-usage-low-watermark", "1.5"], "invalid token_usage_low_watermark=1.5"),
-    (["--mixed-chunk", "--max-running-requests", "2000"], "chunked_prefill_size=1024 must exceed max_running_requests=2000"),
+    (["--max-delay-passes", "-1"], "invalid --max-delay-passes -1"),
+    (["--token-usage-low-watermark", "1.5"], "invalid --token-usage-low-watermark 1.5"),
+    (["--mixed-chunk", "--max-running-requests", "2000"], "--chunked-prefill-size 1024 must exceed --max-running-requests 2000"),
     (["--prompt-tokens", "9:3"], "--prompt-tokens must be N or LO:HI with integers 1 <= LO <= HI, got '9:3'"),
     (["--warmup", "5", "--duration", "5"], "--warmup 5 must be shorter than --duration 5: the tables measure"),
+    (["--workload", "bursty", "--burst", "0"], "--burst must be an integer >= 1 (requests per burst), got 0"),
+    (["--cost-idle-pass", "0"], "invalid --cost-idle-pass 0: a pass without a forward must take some time"),
+    (["--health-check-interval", "0"], "invalid --health-check-interval 0.0: expected seconds > 0"),
+    (["--prefix-cache"], "--prefix-cache needs --scheduler sglang"),
 ]
 
 
@@ -143,6 +149,7 @@ def test_bad_input_is_one_line_and_exit_2(capsys, extra, message):
     assert out == ""
     assert err.startswith("prefill-delayer simulate: ") and err.count("\n") == 1, err
     assert message in err
+    assert not re.search(r"\b[a-z]+_[a-z_]+=", err), err  # the options given, never a field's name=value
 
 
 def test_malformed_trace_names_file_and_line(tmp_path, capsys):
@@ -213,3 +220,87 @@ def test_a_bad_decision_log_option_is_one_line_before_any_run(tmp_path, monkeypa
     out, err = capsys.readouterr()
     assert out == "" and err.startswith("prefill-delayer simulate: ") and err.count("\n") == 1 and message in err, err
     assert not logs.exists()  # no rank opened its log
+
+
+@pytest.mark.parametrize("where, message", [
+    ("a-file", "a-file is a file; expected a folder"),
+    ("a-file/logs", "is inside"),
+])
+def test_a_decision_log_folder_that_cannot_be_made_is_one_line_before_any_run(tmp_path, monkeypatch, capsys, where,
+                                                                            message):
+    """A server goes on without a log it cannot open; a simulation asked for one, so it says so before any run."""
+    (tmp_path / "a-file").write_text("kept\n")
+    monkeypatch.setenv("PREFILL_DELAYER_DECISION_LOG", str(tmp_path / where))
+    assert cli([*SMALL, "--profile", "hardened"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("prefill-delayer simulate: PREFILL_DELAYER_DECISION_LOG: ") and message in err, err
+    assert err.count("\n") == 1 and (tmp_path / "a-file").read_text() == "kept\n"
+
+
+class _FullAfterHeader:
+    """A rank's log file on a disk that fills up once the header is written: every later write fails."""
+
+    def __init__(self, f: Any) -> None:
+        self._f = f
+
+    def write(self, text: str) -> int:
+        raise OSError(28, "No space left on device")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
+
+
+def _disk_full_after_header(monkeypatch: pytest.MonkeyPatch) -> None:
+    from prefill_delayer.runtime import decision_log
+
+    real = decision_log.DecisionLog._open
+
+    def opened(self: Any) -> None:
+        real(self)
+        self._file = _FullAfterHeader(self._file)
+
+    monkeypatch.setattr(decision_log.DecisionLog, "_open", opened)
+
+
+def test_a_decision_log_that_stops_in_the_run_fails_the_command_after_the_tables(tmp_path, monkeypatch, capsys):
+    """The runtime goes on without its log (a server must); the run's tables and --json are whole and written, and the
+    command ends with one line and exit 2, where it used to end with exit 0 and logs of a header each."""
+    _disk_full_after_header(monkeypatch)
+    monkeypatch.setenv("PREFILL_DELAYER_DECISION_LOG", str(tmp_path / "logs"))
+    assert cli([*SMALL, "--profile", "hardened", "--profile", "off", "--json", str(tmp_path / "r.json")]) == 2
+    out, err = capsys.readouterr()
+    assert "| hardened |" in out and json.loads((tmp_path / "r.json").read_text())
+    last = err.splitlines()[-1]
+    assert last.startswith("prefill-delayer simulate: the decision log stopped on 2 ranks in 1 run (first: hardened, "
+                           "rank 0: write: OSError: [Errno 28] No space left on device)"), err
+    assert f"the files in {tmp_path / 'logs'} end early" in last
+
+
+def test_a_suite_whose_decision_log_stops_fails_after_its_tables(tmp_path, monkeypatch, capsys):
+    _disk_full_after_header(monkeypatch)
+    monkeypatch.setenv("PREFILL_DELAYER_DECISION_LOG", str(tmp_path / "logs"))
+    assert cli(["simulate", "--suite", "calibration", "--duration", "20", "--profile", "hardened", "--profile", "off"]) == 2
+    out, err = capsys.readouterr()
+    assert "Suite calibration" in out and "wall time:" in out
+    assert err.splitlines()[-1].startswith("prefill-delayer simulate: the decision log stopped on "), err
+    assert " runs (first: " in err.splitlines()[-1]
+
+
+def test_a_run_without_a_decision_log_has_no_log_failures(tmp_path, monkeypatch, capsys):
+    """The check that fails the command reads the logs' own failure: with logs that write, exit 0."""
+    monkeypatch.setenv("PREFILL_DELAYER_DECISION_LOG", str(tmp_path / "logs"))
+    assert cli([*SMALL, "--profile", "hardened"]) == 0
+    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["rank0.jsonl", "rank1.jsonl"]
+
+
+@pytest.mark.parametrize("concurrency, message", [
+    ("100000000", "--concurrency 100,000,000: at most 1,000,000 clients"),
+    ("0", "--concurrency must be an integer >= 1, got 0"),
+])
+def test_a_closed_loop_s_concurrency_is_bounded(capsys, concurrency, message):
+    """A hundred million clients used to take gigabytes before the first pass; now one line, exit 2."""
+    argv = ["simulate", "--workload", "long-prompt", "--concurrency", concurrency, "--prompt-tokens", "1000",
+            "--output-tokens", "10", "--passes", "20", "--profile", "off"]
+    assert cli(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and message in err, err

@@ -210,6 +210,10 @@ def test_suite_list(capsys):
     (["--suite", "default", "--goal", "aligned", "--profile", "nope", "--profile", "aligned"], "unknown profile 'nope'"),
     (["--suite", "default", "--duration", "-1"], "--duration must be simulated seconds > 0"),
     (["--suite", "default", "--wide"], "--wide does not apply with --suite"),
+    # named as the option given (it used to name a --rate the user never gave)
+    (["--suite", "default", "--load-scale", "1e9"], "--load-scale 1e+09: suite workload poisson-50 would offer"),
+    (["--suite", "default", "--passes", "0"], "invalid --passes 0: expected an integer >= 1"),
+    (["--suite", "default", "--seed", "-1"], "invalid --seed -1: expected an integer >= 0"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
     assert cli(["simulate", *argv]) == 2
