@@ -153,7 +153,7 @@ def in_options(message: str) -> str:
         return _flag(key) + (" " if m.group(3) else "")
 
     # ``[cost ]name[ (a gloss)]=`` and any other snake_case name of a setting; a leading ``rate must ...``
-    message = re.sub(r"(?<![\w-])(cost )?([a-z]+(?:_[a-z]+)*)(?: \([^)]*\))?(=)?", option, message)
+    message = re.sub(r"(?<![\w-])(?<!--set )(cost )?([a-z]+(?:_[a-z]+)*)((?: \([^)]*\))?=)?", option, message)
     return re.sub(r"^(rate|burst|concurrency)( )", lambda m: _flag(m.group(1)) + " ", message)
 
 

@@ -304,3 +304,20 @@ def test_a_closed_loop_s_concurrency_is_bounded(capsys, concurrency, message):
     assert cli(argv) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and message in err, err
+
+
+@pytest.mark.parametrize("message, said", [
+    ("invalid chunked_prefill_size (the chunk budget)=0: expected", "invalid --chunked-prefill-size 0: expected"),
+    ("prefix_cache needs scheduler=sglang (the model has no prefix cache)",
+     "--prefix-cache needs --scheduler sglang (the model has no prefix cache)"),
+    ("invalid cost idle_pass_s=0: a pass", "invalid --cost-idle-pass 0: a pass"),
+    ("rate must be a finite number", "--rate must be a finite number"),
+    # prose and the policy's own parameter names stay as they are
+    ("the rate at which passes run", "the rate at which passes run"),
+    ("--set max_delay_passes=3: no such", "--set max_delay_passes=3: no such"),
+    ("max_total_tokens (a gloss) stays", "--max-total-tokens (a gloss) stays"),
+])
+def test_a_setting_s_message_names_the_option_that_gives_it(message, said):
+    from prefill_delayer.sim.cli import in_options
+
+    assert in_options(message) == said
