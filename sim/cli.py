@@ -86,8 +86,6 @@ def build(args: argparse.Namespace) -> tuple[SimConfig, list[Variant], Workload,
                             "simulated time after the warm-up, and none would be left")
     config = _config(s)
     workload = _workload(s, given, config)
-    with options_named():
-        check_fits(config, workload)  # every request can be admitted: said here, before any run, in the options
     tracker = s["tracker"]
 
     def tracker_of(name: str) -> Any:
@@ -224,11 +222,16 @@ def _workload(s: dict[str, Any], given: set[str], config: SimConfig) -> Workload
     return Mix((burst, main))
 
 
+def running_slots(config: SimConfig) -> int:
+    """The requests all ranks run at once."""
+    return config.dp_size * config.max_running_requests
+
+
 def max_rate(config: SimConfig) -> float:
     """The most requests per second a run takes: every rank's running slots filled in each shortest pass. Past it a
     run never ends its passes (each pass admits a flood of arrivals) and its queues grow without bound; no
     comparison is read from it."""
-    return config.dp_size * config.max_running_requests / config.cost.floor_s
+    return running_slots(config) / config.cost.floor_s
 
 
 def _rate_within_capacity(rate: Any, config: SimConfig) -> None:
@@ -237,15 +240,15 @@ def _rate_within_capacity(rate: Any, config: SimConfig) -> None:
     if rate > max_rate(config):
         raise SimInputError(
             f"--rate {rate:g}: {rate * config.cost.floor_s:,.0f} requests would arrive in one {config.cost.floor_s:g} s pass, "
-            f"more than the {config.dp_size * config.max_running_requests} requests all {config.dp_size} ranks run at "
+            f"more than the {running_slots(config)} requests all {config.dp_size} ranks run at "
             f"once; at most {max_rate(config):,.0f} req/s here")
 
 
 def _concurrency_within_memory(concurrency: int, config: SimConfig) -> None:
     if concurrency > MAX_CONCURRENCY:
-        slots = config.dp_size * config.max_running_requests
         raise SimInputError(f"--concurrency {concurrency:,}: at most {MAX_CONCURRENCY:,} clients (each holds a request in "
-                            f"memory from the start, about 300 bytes); the {config.dp_size} ranks run {slots:,} at once "
+                            f"memory from the start, about 300 bytes); the {config.dp_size} ranks run "
+                            f"{running_slots(config):,} at once "
                             "and the rest only wait in their queues")
 
 
@@ -320,6 +323,8 @@ def main(args: argparse.Namespace, stdout: Optional[TextIO] = None, stderr: Opti
         if getattr(args, name, None) is not None:
             raise SimInputError(f"--{name} applies with --suite only: {instead}")
     config, variants, workload, s = build(args)
+    with options_named():  # every request can be admitted (each run checks it again): said in the options given
+        check_fits(config, workload)
     given = settings(args)[1]
     show = s["progress"]
     if show == PROGRESS_AUTO:

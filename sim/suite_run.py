@@ -21,7 +21,7 @@ from typing import Any, Mapping, Optional, Sequence, TextIO
 from ..files import Outputs
 from ..spec.registry import all_profiles, policy_of
 from .bound import Bound, Slopes, arrivals, bound, capacity_tok_s, demand, percentile, window_capacity_tok_s
-from .cli import PLOT_SUFFIXES, build, check_logs_whole, max_rate, options_named
+from .cli import PLOT_SUFFIXES, build, check_logs_whole, max_rate, options_named, running_slots
 from .config import OFF, SimConfig, Variant
 from .engine import check_fits, run_variant
 from .errors import SimInputError
@@ -123,7 +123,7 @@ def plan(spec: SuiteWorkload, profiles: Sequence[str], s: dict[str, Any], given:
         most = max_rate(config)
         if rate > most:  # a --load-scale far past the suite's loads: named as the option given, not as a --rate
             raise SimInputError(f"--load-scale {scale:g}: suite workload {spec.name} would offer {rate:,.0f} req/s, more "
-                                f"than its {config.dp_size} ranks' {config.dp_size * config.max_running_requests} running "
+                                f"than its {config.dp_size} ranks' {running_slots(config)} running "
                                 f"slots take in one {config.cost.floor_s:g} s pass ({most:,.0f} req/s): at most "
                                 f"--load-scale {scale * most / rate:.3g} there")
         config, variants, _, _ = build(_namespace(spec, profiles, rate, s["set"]))
