@@ -86,6 +86,17 @@ def prove_options(args: Any) -> dict[str, Any]:
     return options
 
 
+def scope_unused_problem(args: Any, profiles: list[str]) -> Optional[str]:
+    """A pinning option none of the profiles to prove has a parameter for would be dropped without a word."""
+    pols = {policy_of(p).name: policy_of(p) for p in profiles}.values()
+    for owner, opt in scope_options():
+        if getattr(args, option_dest(opt.option)) is not None and not any(
+                opt.option in (o.option for o in pol.proof.scope_options) for pol in pols):
+            return (f"{opt.option} pins {owner.title}'s {opt.param}, which none of the profiles to prove has "
+                    f"({', '.join(profiles)})")
+    return None
+
+
 def prove_problem(args: Any) -> Optional[str]:
     """The first bad ``prove`` option; fills ``args.profile`` with canonical names when all are fine."""
     profiles, problem = profiles_or_problem(args.profile)
@@ -98,6 +109,8 @@ def prove_problem(args: Any) -> Optional[str]:
         prove_outputs(args).problem(),
     ]
     first = next((c for c in checks if c is not None), None)
+    if first is None and problem is None:
+        first = scope_unused_problem(args, profiles)
     if first is None:
         # The layout prove starts from; any cross-field rule of each policy's configuration, with its own message.
         for pol in {policy_of(p).name: policy_of(p) for p in profiles}.values():

@@ -23,7 +23,9 @@ def options_problem(args: Any) -> Optional[str]:
     """``--out`` is written to, except with ``--check``: then it is read, and need only be a folder."""
     if getattr(args, "check", False):
         out = args.out
-        return f"--out {out} is a file; expected a folder" if out is not None and Path(out).exists() and not Path(out).is_dir() else None
+        if out is not None and not Path(out).exists():
+            return f"--out {out}: no such folder (--check reads the docs there)"
+        return f"--out {out} is a file; expected a folder" if out is not None and not Path(out).is_dir() else None
     return _outputs(args.out).problem()
 
 
@@ -38,6 +40,8 @@ def main(args: Any) -> int:
         files = rendered()
         with _outputs(out_dir).writing() as out:
             written = [out.write_in("--out", name, content) for name, content in files]
+    except BrokenPipeError:  # the reader of --check's diff went away: the command's own exit (main), not a bad folder
+        raise
     except (DocsError, OSError, UnicodeDecodeError) as exc:
         print(f"prefill-delayer docs: {exc}", file=sys.stderr)
         return 2

@@ -10,18 +10,22 @@ Whatever goes wrong is one line on stderr: a usage error (exit 2, the line names
 the subcommand and points at its ``--help`` instead of printing its usage, which
 for ``simulate`` is two dozen lines), a bad option or input (2), a failed write
 (2), Ctrl-C (130: the outputs are written together at the end, so an
-interrupted command leaves none).
+interrupted command leaves none). A reader that closes the pipe early (``| head``) ends the
+command quietly with 141, as it ends any Unix filter (SIGPIPE).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import select
 import sys
 from dataclasses import dataclass
 from typing import Any, NoReturn, Optional, Sequence
 
 INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
+READER_GONE = 141  # 128 + SIGPIPE, what a shell reports for a filter whose reader closed the pipe (`| head`)
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,26 @@ def _parse(parser: Parser, argv: Optional[Sequence[str]]) -> argparse.Namespace:
     return args
 
 
+def _reader_gone() -> bool:
+    """Whether stdout or stderr is a pipe whose reader has closed it; if so, both are pointed at the null device, so
+    that the interpreter's last flush at exit finds nothing to fail on and prints no second error."""
+    gone = False
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            fd = stream.fileno()
+            poller = select.poll()
+            poller.register(fd, select.POLLOUT)
+            closed = any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+        except (AttributeError, OSError, ValueError):  # no poll() on this platform, or not a real file
+            continue
+        if closed:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, fd)
+            os.close(null)
+            gone = True
+    return gone
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Exit 2 with one line on stderr for any bad input; 130, with one line, on Ctrl-C."""
     name = "prefill-delayer"
@@ -125,7 +149,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"{name}: {problem}", file=sys.stderr)
             return 2
         try:
-            return int(module.main(args))
+            code = int(module.main(args))
+            sys.stdout.flush()  # here, not at the interpreter's exit, where a closed pipe is a second error
+            return code
+        except BrokenPipeError as exc:
+            if _reader_gone():  # `| head`: the reader has what it wanted, as with any Unix filter
+                return READER_GONE
+            print(f"{name}: {exc}", file=sys.stderr)
+            return 2
         except OSError as exc:  # e.g. the disk filled up while writing the report: say so, no traceback
             print(f"{name}: {exc}", file=sys.stderr)
             return 2

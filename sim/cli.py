@@ -22,7 +22,7 @@ from .config import SimConfig, Variant
 from .cost import SGLANG_32880, SGLANG_35241, CostModel
 from .engine import check_fits, simulate
 from .errors import SimInputError
-from .options import PROGRESS_AUTO, SCENARIOS, settings
+from .options import BASE, PROGRESS_AUTO, SCENARIOS, settings
 from ..spec.registry import policy_of
 from .policy_site import binding_of, check_sets, policy_config
 from .report import report, to_json
@@ -39,6 +39,7 @@ _APPLIES = {
     "prompt_tokens": ("poisson", "bursty", "long-prompt"),
     "output_tokens": ("poisson", "bursty", "long-prompt"),
     "trace": ("trace",),
+    "resubmit_gap": ("long-prompt",),  # the gap between a closed loop's clients; open arrivals have none
 }
 _WORKLOAD_KEYS = (*_APPLIES, "wave", "wave_prompt_tokens", "wave_output_tokens")
 # sim.plot saves the figure, then re-saves it as a palette PNG (its ``_shrink``): PNG is all it writes.
@@ -67,7 +68,10 @@ def build(args: argparse.Namespace) -> tuple[SimConfig, list[Variant], Workload,
         # Another workload than the scenario's: its workload options no longer apply.
         for key in _WORKLOAD_KEYS:
             if key not in given:
-                s[key] = None
+                s[key] = BASE[key]
+    if "health_dispatch" in given and s["health_check_interval"] is None:
+        raise SimInputError("--health-dispatch needs --health-check-interval: with no GET /health probes there is "
+                            "nothing to dispatch")
     problem = outputs(s).problem()
     if problem:
         raise SimInputError(problem)
@@ -97,6 +101,7 @@ def build(args: argparse.Namespace) -> tuple[SimConfig, list[Variant], Workload,
 
     variants = [Variant.of(name, tracker_of(name), s["health_dispatch"]) for name in dict.fromkeys(s["profile"])]
     check_sets([v.profile for v in variants], config.policy_params)
+    check_sets_no_option(config.policy_params)
     for v in variants:  # every profile can be simulated, with its settings, before any run starts
         if v.profile is not None:
             binding_of(v.profile)
@@ -113,6 +118,16 @@ def build(args: argparse.Namespace) -> tuple[SimConfig, list[Variant], Workload,
 
         require_scheduler()  # one line and exit 2 where SGLang's scheduler does not import
     return config, variants, workload, s
+
+
+def check_sets_no_option(sets: Sequence[tuple[str, Any]]) -> None:
+    """A ``--set NAME`` where NAME is one of the run's own settings, which an option sets: the ``--set`` value would
+    reach the policies while the header, ``--json`` and the scheduler model kept the option's, so it is refused."""
+    for name, _ in sets:
+        key = _OPTION_OF.get(name)
+        if key is not None:
+            raise SimInputError(f"--set {name}: the option {_flag(key)} sets it, for every policy that takes it, and the "
+                                f"header and --json show that option's value: give {_flag(key)} instead")
 
 
 def outputs(s: dict[str, Any]) -> Outputs:

@@ -30,11 +30,13 @@ def _int_at_least(name: str, value: Any, low: int) -> None:
         raise SimInputError(f"invalid {name}={value!r}: expected an integer >= {low}")
 
 
-def _seconds(name: str, value: Any, allow_none: bool = True) -> None:
+def _seconds(name: str, value: Any, allow_none: bool = True, positive: bool = False) -> None:
+    """Finite seconds, at least 0 (above 0 where ``positive``), one message for every bad value."""
     if value is None and allow_none:
         return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise SimInputError(f"invalid {name}={value!r}: expected a finite number of seconds >= 0")
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or (value <= 0 if positive else value < 0)):
+        raise SimInputError(f"invalid {name}={value!r}: expected a finite number of seconds {'>' if positive else '>='} 0")
 
 
 @dataclass(frozen=True)
@@ -97,9 +99,7 @@ class SimConfig:
                                 "would hold no whole page")
         _int_at_least("passes", self.passes, 1)
         _int_at_least("seed", self.seed, 0)
-        _seconds("duration_s", self.duration_s)
-        if self.duration_s is not None and self.duration_s <= 0:
-            raise SimInputError(f"invalid duration_s={self.duration_s!r}: expected seconds > 0")
+        _seconds("duration_s", self.duration_s, positive=True)
         _seconds("warmup_s", self.warmup_s, allow_none=False)
         if self.duration_s is not None and self.warmup_s >= self.duration_s:
             raise SimInputError(f"warmup_s={self.warmup_s:g} must be shorter than duration_s={self.duration_s:g}")
@@ -116,9 +116,7 @@ class SimConfig:
             raise SimInputError("prefix_cache needs scheduler=sglang (the model has no prefix cache)")
         if self.load_balance_method not in METHODS:
             raise SimInputError(f"invalid load_balance_method={self.load_balance_method!r}: expected one of {', '.join(METHODS)}")
-        _seconds("health_check_interval_s", self.health_check_interval_s)
-        if self.health_check_interval_s is not None and self.health_check_interval_s <= 0:
-            raise SimInputError(f"invalid health_check_interval_s={self.health_check_interval_s!r}: expected seconds > 0")
+        _seconds("health_check_interval_s", self.health_check_interval_s, positive=True)
         _seconds("resubmit_gap_s", self.resubmit_gap_s, allow_none=False)
         if self.gather not in GATHERS:
             raise SimInputError(f"invalid gather={self.gather!r}: expected one of {', '.join(GATHERS)}")

@@ -184,7 +184,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument("--drift", metavar="D,D,...|random:K", default=S, help="long-prompt: chunks each rank starts ahead (one per rank, or one for all), or a seeded draw from 0..K")
     w.add_argument("--prompt-tokens", metavar="N|LO:HI", default=S, help="prompt tokens, fixed or uniform")
     w.add_argument("--output-tokens", metavar="N|LO:HI", default=S, help="output tokens, fixed or uniform")
-    w.add_argument("--trace", metavar="FILE", default=S, help="CSV or JSONL with arrival, prompt_tokens, output_tokens (trace)")
+    w.add_argument("--trace", metavar="FILE", default=S, help="CSV or JSONL with arrival, prompt_tokens, output_tokens (trace); replayed from its first arrival, "
+                   "which becomes simulated time 0, and the run ends when every request has been served or at --duration")
     w.add_argument("--wave", type=int, metavar="N", default=S, help="also N requests per rank arriving together at t=0 (a refill after a drain)")
     w.add_argument("--wave-prompt-tokens", metavar="N|LO:HI", default=S, help="the wave's prompt tokens (default: --prompt-tokens)")
     w.add_argument("--wave-output-tokens", metavar="N|LO:HI", default=S, help="the wave's output tokens (default: --output-tokens)")

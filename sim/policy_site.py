@@ -77,7 +77,12 @@ def policy_config(profile: str, dp_size: int, settings: Mapping[str, Any], sets:
         return policy.config_cls(profile=profile, dp_size=dp_size, attn_tp_size=1, attn_cp_size=1,
                                  enable_dp_attention=True, **values)
     except ConfigError as exc:
-        raise SimInputError(f"profile {profile!r}: {exc}") from None
+        message = str(exc)
+        for name, _ in sets:  # a value the user gave with --set is named so (``invalid --set NAME=VALUE``)
+            if message.startswith(f"invalid {name}="):
+                message = "invalid --set " + message[len("invalid "):]
+                break
+        raise SimInputError(f"profile {profile!r}: {message}") from None
 
 
 def check_sets(profiles: Sequence[Optional[str]], sets: Sequence[tuple[str, Any]]) -> None:

@@ -31,6 +31,16 @@ def _drawn(workload: Any, c: Any) -> str:
     return f" (drew {','.join(map(str, got))})" if got is not None else ""
 
 
+def _ended_early(results: Sequence[RunResult]) -> str:
+    """A run that stopped before ``--duration`` with no pass cap reached: nothing was left to arrive or serve (a
+    trace that ran out), which the measured seconds alone do not say."""
+    duration = results[0].config.duration_s
+    end = max(r.end_s for r in results)
+    if duration is None or not math.isfinite(duration) or any(r.capped for r in results) or end >= duration * 0.999:
+        return ""
+    return f" (every request had arrived and been served by {end:.1f} s, before --duration {duration:g})"
+
+
 def header(results: Sequence[RunResult]) -> str:
     r = results[0]
     c = r.config
@@ -60,7 +70,7 @@ def header(results: Sequence[RunResult]) -> str:
         "DP controller: " + ", ".join(dpc),
         f"Workload: {r.workload.describe()}{_drawn(r.workload, c)} (seed {c.seed})",
         f"Cost: {c.cost.describe()}",
-        f"Measured: {s.sim_seconds:.0f} simulated s per profile after a {c.warmup_s:g} s warm-up",
+        f"Measured: {s.sim_seconds:.0f} simulated s per profile after a {c.warmup_s:g} s warm-up{_ended_early(results)}",
     ]
     return "\n".join(lines)
 

@@ -14,11 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Optional, Sequence, TextIO
 
 from ..files import Outputs
+from ..runtime.decision_log import DECISION_LOG_ENV
 from ..spec.registry import all_profiles, policy_of
 from .bound import Bound, Slopes, arrivals, bound, capacity_tok_s, demand, percentile, window_capacity_tok_s
 from .cli import PLOT_SUFFIXES, build, check_logs_whole, max_rate, options_named, running_slots
@@ -181,6 +183,27 @@ def measure(case: Case, variant: Variant) -> Row:
     tpot = tpots(r)
     return Row(case.spec.name, variant.tracked_name, r.summary().input_tok_s, percentile(ttfts, 0.50), percentile(ttfts, 0.99), b,
                wall, percentile(tpot, 0.50), percentile(tpot, 0.99), tuple(r.log_failures))
+
+
+def _log_folder(label: str, case: Case, variant: Variant) -> str:
+    """Where a run's decision log goes under ``PREFILL_DELAYER_DECISION_LOG``'s folder: ``WORKLOAD/POLICY``, after
+    a sweep's cell (``x1.03-seed-3/WORKLOAD/POLICY``). Each run has its own folder, so runs on several processes
+    never rotate each other's files, and the hundreds of a suite do not push each other out of the kept rotation."""
+    cell = "-".join(label.split())
+    return os.path.join(*([cell] if cell else []), case.spec.name, variant.tracked_name)
+
+
+def _measure_logged(task: tuple[Case, str], variant: Variant) -> Row:
+    """``measure``, with the decision log (when one is asked for) in the run's own folder."""
+    case, folder = task
+    base = os.environ.get(DECISION_LOG_ENV, "").strip()
+    if not base:
+        return measure(case, variant)
+    os.environ[DECISION_LOG_ENV] = os.path.join(base, folder)
+    try:
+        return measure(case, variant)
+    finally:
+        os.environ[DECISION_LOG_ENV] = base
 
 
 def run_bound(b: Bound, r: RunResult, case: Case) -> Bound:
@@ -348,8 +371,8 @@ def plot(cases: Sequence[Case], rows: Sequence[Row], path: str, title: str) -> N
     fig, axes = plt.subplots(3, 1, figsize=(max(8.0, 0.75 * len(names) + 2.5), 1.2 + 3 * (0.42 * len(policies) + 1.0)), dpi=80)
     for k, (ax, what) in enumerate(zip(axes, ("input tok/s", "TTFT p50", "TTFT p99"))):
         grid = [[(cell.get((p, w)) or (None, None, None))[k] for w in names] for p in policies]
-        values = [[math.nan if v is None else v for v in line] for line in grid]
-        im = ax.imshow(values, cmap="RdYlGn", vmin=0.0, vmax=1.0, aspect="auto")
+        values = [[math.nan if v is None else 100 * v for v in line] for line in grid]  # percent, as the cells read
+        im = ax.imshow(values, cmap="RdYlGn", vmin=0.0, vmax=100.0, aspect="auto")
         for i, line in enumerate(grid):
             for j, v in enumerate(line):
                 ax.text(j, i, "-" if v is None else f"{100 * v:.0f}", ha="center", va="center", fontsize=7,
@@ -357,7 +380,9 @@ def plot(cases: Sequence[Case], rows: Sequence[Row], path: str, title: str) -> N
         ax.set_yticks(range(len(policies)), policies, fontsize=8)
         ax.set_xticks(range(len(names)), names if k == 2 else [""] * len(names), rotation=40, ha="right", fontsize=8)
         ax.set_title(f"{what}, % of the bound" + (" (bound / policy)" if k else ""), fontsize=9)
-        fig.colorbar(im, ax=ax, fraction=0.025, pad=0.01).ax.tick_params(labelsize=7)
+        bar = fig.colorbar(im, ax=ax, fraction=0.025, pad=0.01, ticks=range(0, 101, 25))
+        bar.ax.tick_params(labelsize=7)
+        bar.set_label("% of the bound", fontsize=8)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 0.98))
     fig.savefig(path, format="png")
@@ -365,13 +390,19 @@ def plot(cases: Sequence[Case], rows: Sequence[Row], path: str, title: str) -> N
     _shrink(path)
 
 
+# Options of a single run that a suite refuses for a reason of their own (the rest: each workload has its settings).
+_NOT_IN_SUITE = {"wide": "the suite's table has its own columns, every policy beside its workload's bound"}
+
+
 def _check_options(given: set[str]) -> None:
     extra = sorted(given - set(SUITE_OPTIONS) - {"scenario"})
     if "scenario" in given or extra:
-        flag = "--" + ("scenario" if "scenario" in given else extra[0]).replace("_", "-")
-        takes = ["--" + o.replace("_", "-") for o in SUITE_OPTIONS if o != "suite"]
-        raise SimInputError(f"{flag} does not apply with --suite: each workload has its own settings (--suite list shows them); "
-                            f"{', '.join(takes[:-1])} and {takes[-1]} do")
+        key = "scenario" if "scenario" in given else extra[0]
+        flag = "--" + key.replace("_", "-")
+        takes = ["--progress/--no-progress" if o == "progress" else "--" + o.replace("_", "-") for o in SUITE_OPTIONS
+                 if o != "suite"]
+        why = _NOT_IN_SUITE.get(key, "each workload has its own settings (--suite list shows them)")
+        raise SimInputError(f"{flag} does not apply with --suite: {why}; {', '.join(takes[:-1])} and {takes[-1]} do")
 
 
 Planned = list[tuple[Case, list[Variant]]]
@@ -386,15 +417,16 @@ def plan_suite(name: str, profiles: Sequence[str], s: dict[str, Any], given: set
 def run_planned(groups: Sequence[tuple[str, Planned]], jobs: int, progress: Optional[TextIO] = None) -> list[list[Row]]:
     """Every run of every planned suite (``(label, planned)``: a sweep has one per cell), ``jobs`` at once, the rows
     of each suite in its plan's order; a line per run on ``progress`` as it ends, after its suite's label."""
-    tasks = [Task(label, case, v) for label, planned in groups for case, variants in planned for v in variants]
+    tasks = [Task(label, (case, _log_folder(label, case, v)), v)
+             for label, planned in groups for case, variants in planned for v in variants]
 
-    def said(done: int, total: int, task: Task[Case], row: Row) -> None:
+    def said(done: int, total: int, task: Task[tuple[Case, str]], row: Row) -> None:
         assert progress is not None
         progress.write(f"{task.label}[{done}/{total}] {row.workload} {row.policy}: {_tok(row.input_tok_s)} tok/s "
                        f"({_pct(row.fractions()[0])} of bound), {row.wall_s:.1f} s\n")
         progress.flush()
 
-    rows = run_all(tasks, measure, jobs, None if progress is None else said)
+    rows = run_all(tasks, _measure_logged, jobs, None if progress is None else said)
     out, k = [], 0
     for _, planned in groups:
         n = sum(len(v) for _, v in planned)

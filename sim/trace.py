@@ -48,6 +48,7 @@ def load_trace(path: str) -> TraceReplay:
         rows=tuple((a - origin, p, o) for _, a, p, o in rows),
         name=path,
         lines=tuple(line for line, *_ in rows),
+        origin_s=origin,
     )
 
 

@@ -362,6 +362,7 @@ class TraceReplay:
     rows: tuple[tuple[float, int, int], ...]
     name: str = "trace"
     lines: tuple[int, ...] = ()  # each row's line in the file, for errors that name it
+    origin_s: float = 0.0  # the file's first arrival, which the replay's time 0 stands for
 
     def start_source(self, seed: int) -> Source:
         src = Source()
@@ -370,7 +371,8 @@ class TraceReplay:
         return src
 
     def describe(self) -> str:
-        return f"trace {self.name} ({len(self.rows)} requests)"
+        shifted = f", arrivals from its first at {self.origin_s:g} s, replayed from 0 s" if self.origin_s else ""
+        return f"trace {self.name} ({len(self.rows)} requests{shifted})"
 
 
 @dataclass(frozen=True)

@@ -295,9 +295,9 @@ def no_proofs(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def places(tmp_path: Path) -> dict[str, str]:
-    """``{file}``: an existing file; ``{dir}``: an existing folder."""
+    """``{file}``: an existing file; ``{dir}``: an existing folder; ``{missing}``: neither."""
     (tmp_path / "file.txt").write_text("x\n")
-    return {"file": str(tmp_path / "file.txt"), "dir": str(tmp_path)}
+    return {"file": str(tmp_path / "file.txt"), "dir": str(tmp_path), "missing": str(tmp_path / "no-docs")}
 
 
 RATIO_RANGE = "--queue-min-ratio must be a number in (0, 1048576], got "
@@ -325,6 +325,11 @@ OPTION_CASES: list[tuple[str, list[str], str]] = [
     ("dp-size-too-big", ["prove", "--dp-size", "65537"], "--dp-size must be an integer in [1, 65536], got 65537"),
     ("profile-unknown", ["prove", "--profile", "fast"], "--profile: unknown profile 'fast': expected one of seed, sglang-0.5.17"),
     ("profile-unknown-release", ["prove", "--profile", "seed", "--profile", "sglang-0.6.0"], "unknown profile 'sglang-0.6.0'"),
+    # a pinning option no profile to prove has: it was dropped without a word
+    ("ratio-no-such-parameter", ["prove", "--profile", "pdi-hardened", "--queue-min-ratio", "0.5"],
+     "--queue-min-ratio pins SGLang's prefill delayer's queue_min_ratio, which none of the profiles to prove has "
+     "(pdi-hardened)"),
+    ("docs-check-no-folder", ["docs", "--check", "--out", "{missing}"], "--out {missing}: no such folder"),
 ]
 
 
@@ -396,3 +401,16 @@ def test_good_options_pass_the_checks(tmp_path: Path) -> None:
     assert prove_problem(args) is None
     assert not (tmp_path / "new").exists()  # checking creates nothing
 
+
+
+@pytest.mark.parametrize("argv", [["prove", "--profile", "hardened", "--jobs", "1"], ["docs", "--check"]])
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly_with_141(argv: list[str]) -> None:
+    """`prefill-delayer prove | head -1` printed `[Errno 32] Broken pipe` and exited 2, as for a failed write; now it
+    ends as SIGPIPE ends any Unix filter: exit 141 and nothing on stderr."""
+    proc = subprocess.Popen([sys.executable, "-m", "prefill_delayer.cli", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader goes away before the command writes its first line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, err
+    assert err == ""

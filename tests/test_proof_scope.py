@@ -132,6 +132,17 @@ def test_scope_line_says_any_for_every_range():
     assert "abstract view only" in scope_line(PROFILES, Scope(), False)
 
 
+@pytest.mark.parametrize("profile", ["atom-930", "atom-coalescer", "vllm-48246"])
+def test_a_reduced_row_policy_s_scope_line_says_the_dp_size_proved(profile):
+    """These policies prove at the --dp-size given (their families fix it); the line said "any >= 1" whatever it was."""
+    from prefill_delayer.spec.registry import policy_of
+
+    scope = policy_of(profile).proof.scope_of(dp_size=4)
+    assert "dp_size 4," in _scope.scope_line((profile,), {"dp_size": 4}, True)
+    assert all(f.dp_size == 4 for f in policy_of(profile).proof.families(profile, scope))
+    assert "dp_size any >= 1," in _scope.scope_line((profile,), {}, True)
+
+
 def test_cli_prints_the_scope_line(capsys):
     from prefill_delayer.cli import main
 

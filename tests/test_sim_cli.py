@@ -111,6 +111,28 @@ def test_a_trace_replay(tmp_path, capsys):
     assert f"trace {trace} (20 requests)" in capsys.readouterr().out
 
 
+def test_a_trace_says_where_it_starts_and_that_it_ran_out_before_the_duration(tmp_path, capsys):
+    """A trace is replayed from its first arrival, and a run whose requests were all served before --duration ends
+    there: the header says both, which the measured seconds alone do not."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival,prompt_tokens,output_tokens\n50,1000,10\n60,2000,10\n")
+    argv = ["simulate", "--workload", "trace", "--trace", str(trace), "--duration", "100", "--warmup", "0", "--profile", "off"]
+    assert cli(argv) == 0
+    out = capsys.readouterr().out
+    assert f"trace {trace} (2 requests, arrivals from its first at 50 s, replayed from 0 s)" in out
+    assert re.search(r"Measured: 10 simulated s .*\(every request had arrived and been served by 10\.\d s, "
+                     r"before --duration 100\)", out), out
+    assert cli(["simulate", "--scenario", "35241", "--duration", "205", "--profile", "off"]) == 0
+    assert "every request had arrived" not in capsys.readouterr().out  # a closed loop never runs out
+
+
+def test_the_scenario_s_resubmit_gap_leaves_with_its_closed_loop(capsys):
+    """--resubmit-gap belongs to a closed loop: another workload than #35241's drops the scenario's, not refused."""
+    config = build(build_parser().parse_args(["simulate", "--scenario", "35241", "--workload", "poisson", "--rate", "3",
+                                              "--prompt-tokens", "100", "--output-tokens", "10"]))[0]
+    assert config.resubmit_gap_s == 0.0
+
+
 def _bad_trace(tmp_path: Path) -> str:
     path = tmp_path / "bad.csv"
     path.write_text("arrival,prompt_tokens,output_tokens\n0,100,5\n0.5,lots,5\n")
@@ -137,8 +159,18 @@ BAD = [
     (["--warmup", "5", "--duration", "5"], "--warmup 5 must be shorter than --duration 5: the tables measure"),
     (["--workload", "bursty", "--burst", "0"], "--burst must be an integer >= 1 (requests per burst), got 0"),
     (["--cost-idle-pass", "0"], "invalid --cost-idle-pass 0: a pass without a forward must take some time"),
-    (["--health-check-interval", "0"], "invalid --health-check-interval 0.0: expected seconds > 0"),
+    (["--health-check-interval", "0"], "invalid --health-check-interval 0.0: expected a finite number of seconds > 0"),
     (["--prefix-cache"], "--prefix-cache needs --scheduler sglang"),
+    (["--duration", "-5"], "invalid --duration -5.0: expected a finite number of seconds > 0"),
+    (["--duration", "0"], "invalid --duration 0.0: expected a finite number of seconds > 0"),
+    # options a Poisson run would drop without a word
+    (["--resubmit-gap", "1"], "--resubmit-gap does not apply to --workload poisson (only to long-prompt)"),
+    (["--health-dispatch", "shared"], "--health-dispatch needs --health-check-interval: with no GET /health probes"),
+    # a --set of a setting with its own option: the header and --json would show the option's value
+    (["--max-delay-passes", "10", "--set", "max_delay_passes=5"], "--set max_delay_passes: the option --max-delay-passes sets it"),
+    (["--set", "max_delay_passes=5"], "give --max-delay-passes instead"),
+    (["--profile", "pdi-0.5.23", "--set", "prefill_decode_interval=-1"],
+     "profile 'pdi-0.5.23': invalid --set prefill_decode_interval=-1: expected integer"),
 ]
 
 
@@ -149,7 +181,8 @@ def test_bad_input_is_one_line_and_exit_2(capsys, extra, message):
     assert out == ""
     assert err.startswith("prefill-delayer simulate: ") and err.count("\n") == 1, err
     assert message in err
-    assert not re.search(r"\b[a-z]+_[a-z_]+=", err), err  # the options given, never a field's name=value
+    # the options given, never a field's name=value (a policy's parameter after --set is the user's own NAME=VALUE)
+    assert not re.search(r"(?<!--set )\b[a-z]+_[a-z_]+=", err), err
 
 
 def test_malformed_trace_names_file_and_line(tmp_path, capsys):
@@ -284,6 +317,23 @@ def test_a_suite_whose_decision_log_stops_fails_after_its_tables(tmp_path, monke
     assert "Suite calibration" in out and "wall time:" in out
     assert err.splitlines()[-1].startswith("prefill-delayer simulate: the decision log stopped on "), err
     assert " runs (first: " in err.splitlines()[-1]
+
+
+def test_a_suite_writes_each_run_s_decision_log_into_its_own_folder(tmp_path, monkeypatch, capsys):
+    """Runs on two processes into one folder rotated each other's files (check-log then saw interleaved
+    configurations); each run now has DIR/WORKLOAD/POLICY, and each checks clean on its own."""
+    monkeypatch.setenv("PREFILL_DELAYER_DECISION_LOG", str(tmp_path / "logs"))
+    argv = ["simulate", "--suite", "calibration", "--duration", "5", "--profile", "hardened", "--profile", "off",
+            "--jobs", "2", "--no-progress"]
+    assert cli(argv) == 0
+    capsys.readouterr()
+    runs = sorted(p.parent.relative_to(tmp_path / "logs").as_posix() for p in (tmp_path / "logs").rglob("rank0.jsonl"))
+    assert runs == sorted(f"{w}/hardened" for w in ("32880", "35241", "35241-dispatch-0.5.17", "35241-dispatch-0.5.23",
+                                                   "35241-drift-1", "35241-drift-3", "35241-drift-stair"))
+    assert not list((tmp_path / "logs").rglob("*.jsonl.1"))  # no run rotated another's log
+    for run in runs:
+        assert cli(["check-log", str(tmp_path / "logs" / run)]) == 0, run
+    assert "result: clean" in capsys.readouterr().out
 
 
 def test_a_run_without_a_decision_log_has_no_log_failures(tmp_path, monkeypatch, capsys):

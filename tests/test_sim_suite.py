@@ -209,7 +209,9 @@ def test_suite_list(capsys):
     (["--suite", "default", "--goal", "aligned", "--profile", "aligned+nope"], "after '+' comes a max_prefill_bs tracker"),
     (["--suite", "default", "--goal", "aligned", "--profile", "nope", "--profile", "aligned"], "unknown profile 'nope'"),
     (["--suite", "default", "--duration", "-1"], "--duration must be simulated seconds > 0"),
-    (["--suite", "default", "--wide"], "--wide does not apply with --suite"),
+    # an output option, refused for its own reason; the list of what applies names both progress options
+    (["--suite", "default", "--wide"], "--wide does not apply with --suite: the suite's table has its own columns"),
+    (["--suite", "default", "--rate", "3"], "--progress/--no-progress, --goal and --load-scale do"),
     # named as the option given (it used to name a --rate the user never gave)
     (["--suite", "default", "--load-scale", "1e9"], "--load-scale 1e+09: suite workload poisson-50 would offer"),
     (["--suite", "default", "--passes", "0"], "invalid --passes 0: expected an integer >= 1"),

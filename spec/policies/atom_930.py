@@ -50,7 +50,7 @@ from ..schema import LogSchema
 from .sglang_delayer.variables import INPUTS as SGLANG_CALL
 from ..table import FINALIZE, Table, Transition, negotiate_row, resolve
 from .atom_common import SCALE, UPSTREAM_URL, LowWatermark, Scope, scaled_share, scope_of
-from .dp_scope import RankFamily as Family, rank_families
+from .dp_scope import RankFamily as Family, dp_size_range, rank_families
 
 NAME = "atom-930"
 SOURCE_COMMIT = "3fa7dc0a6f2ada0511ef8b1fda70035869d13b99"
@@ -593,7 +593,7 @@ POLICY = Policy(
     proof=ProofHooks(
         outputs=("output_reason", "output_allow", "wait_forward_passes"),
         families=rank_families,
-        scope_ranges=lambda fams: "dp_size any >= 1, max_delay_passes any >= 0, max_delay_ms any > 0, "
+        scope_ranges=lambda fams: f"{dp_size_range(fams)}, max_delay_passes any >= 0, max_delay_ms any > 0, "
         "token_usage_low_watermark off or any in [0, 1]",
         layout_range="any number of DP ranks (one reduced row)",
         default_scope=Scope(),

@@ -67,6 +67,7 @@ from ..policy import (
 from ..schema import LogSchema
 from ..table import FINALIZE, Table, Transition, negotiate_row, resolve
 from .atom_common import SCALE, UPSTREAM_URL, LowWatermark, Scope, scaled_share, scope_of
+from .dp_scope import dp_size_range
 
 NAME = "atom-coalescer"
 SOURCE_COMMIT = "ffdf3bb5ddf8a15a64d521a2eeb3bc7438f9ac21"
@@ -722,7 +723,7 @@ def config_domain(o: Any, c: SymConfig) -> list:
 
 
 def scope_ranges(fams: Any) -> str:
-    return ("dp_size any >= 1, max_num_batched_tokens any >= 1, target_fill any in (0, 1], ttft_max_ticks, "
+    return (f"{dp_size_range(fams)}, max_num_batched_tokens any >= 1, target_fill any in (0, 1], ttft_max_ticks, "
             "partial_max_ticks and stall_ticks any >= 1, kv_high_watermark any >= 0, token_usage_low_watermark off or any "
             "in [0, 1], max_queue_ms off or any >= 0")
 

@@ -45,3 +45,11 @@ def families(profile: str, scope: Scope) -> list[Family]:
 
 def rank_families(profile: str, scope: Any) -> list[RankFamily]:
     return [RankFamily(profile, scope.dp_size)]
+
+
+def dp_size_range(fams: Any) -> str:
+    """The DP sizes the families were proved at, in the scope line's words: every one, or the one ``--dp-size`` fixed."""
+    sizes = sorted({f.dp_size for f in fams if f.dp_size is not None})
+    if not sizes or any(f.dp_size is None for f in fams):
+        return "dp_size any >= 1"
+    return "dp_size " + " and ".join(map(str, sizes))

@@ -56,7 +56,7 @@ from ..policy import (
 )
 from ..schema import LogSchema
 from ..table import FINALIZE, Table, Transition, negotiate_row, resolve
-from .dp_scope import RankFamily, Scope, rank_families
+from .dp_scope import RankFamily, Scope, dp_size_range, rank_families
 from .sglang_delayer.variables import INPUTS as SGLANG_CALL
 
 NAME = "vllm-prefill-delayer"
@@ -535,7 +535,7 @@ POLICY = Policy(
     proof=ProofHooks(
         outputs=("output_reason", "output_allow", "wait_forward_passes"),
         families=rank_families,
-        scope_ranges=lambda fams: "dp_size any >= 1, max_delay_passes any >= 0, max_delay_ms any > 0",
+        scope_ranges=lambda fams: f"{dp_size_range(fams)}, max_delay_passes any >= 0, max_delay_ms any > 0",
         layout_range="any number of DP ranks (one reduced row)",
         default_scope=Scope(),
         scope_of=lambda dp_size=None, **_: Scope(dp_size),
