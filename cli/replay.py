@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 
 def add_arguments(replay: argparse.ArgumentParser) -> None:
-    replay.add_argument("trace", metavar="TRACE", help="trace JSON written by `prove --traces`")
+    replay.add_argument("trace", metavar="TRACE", help="trace JSON written by `prove --traces` or `check-log --traces`")
 
 
 def options_problem(args: Any) -> Optional[str]:
