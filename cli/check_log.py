@@ -31,8 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="share of passes the default path also re-fires through the machine (default 0.005)")
     parser.add_argument("--jobs", type=int, default=None, metavar="N", help="worker processes (default: every core, for logs of "
                         "more than a few chunks)")
-    parser.add_argument("--digest", metavar="FILE", help="also write this node's digest (agreement and group invariants still "
-                        "to check across nodes) for --merge")
+    parser.add_argument("--digest", metavar="FILE", help="also write this node's digest for --merge (agreement, group "
+                        "invariants and whether every rank logged are checked there, across nodes)")
     parser.add_argument("--merge", action="store_true",
                         help="the paths are digest files written by --digest on each node: check agreement and the run "
                         "invariants across them, without the logs")

@@ -111,9 +111,12 @@ class Report:
     checked: Counter = field(default_factory=Counter)  # what was checked how often
     session_stats: dict[int, dict[str, Any]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    timelines: dict[int, Any] = field(default_factory=dict)
+    timelines: dict[int, Any] = field(default_factory=dict)  # for --plot: per session and rank, (passes, allow, reason) chunks
     refired: int = 0  # passes re-fired through the transitions machine
-    cross_counts: Counter = field(default_factory=Counter)  # the findings of checks across ranks, by (category, property)  # for --plot: per session and rank, (passes, allow, reason) chunks
+    cross_counts: Counter = field(default_factory=Counter)  # the findings of checks across ranks, by (category, property)
+    # One node's part of a run whose logs are spread over nodes (check-log --digest): a rank of the gather without a
+    # log here may log on another node, so what needs every rank's log is left to --merge, where the digests meet.
+    node: bool = False
 
     def add(self, f: Finding) -> None:
         key = (f.category, f.property)

@@ -35,8 +35,8 @@ from ..spec.fields import BOOL, CONTROL, COUNT, OPT_SECONDS, REASON, SECONDS, TE
 from ..spec.schema import KIND_FAIL, KIND_HEADER, KIND_PASS, KIND_SET, MODE_FULL, digest_of_bytes, enums, pass_columns, view_kind
 from .columns import MAX_EXACT, Model, RankCols
 from .logread import (
-    FailRec, LogError, RankLog, SetRec, _parse_fail, _parse_set, _show, other_document, parse_header, parse_pass,
-    whole_file_document,
+    FailRec, LogError, RankLog, SetRec, _parse_fail, _parse_set, _show, cut_first_line, digest_file, not_json, other_document,
+    parse_header, parse_pass, whole_file_document,
 )
 
 try:  # orjson parses a chunk's lines in one call; the standard library's json is the same format, slower
@@ -131,13 +131,13 @@ def scan_file(path: str) -> tuple[Optional[tuple[dict[str, Any], Any, FileInfo]]
         try:
             o = json.loads(raw)
         except ValueError as exc:
-            if not raw.endswith(b"\n"):
-                return None, f"{path}:1: last line cut short ({len(raw)} bytes, not complete JSON): a crash mid-write? ignored"
-            other = other_document(whole_file_document(Path(path)), path)  # a trace or a report is indented
+            # a node's digest (a zip), or a trace or a report (indented): called what it is
+            other = digest_file(Path(path), path) or other_document(whole_file_document(Path(path)), path)
             if other is not None:
                 raise LogError(other) from None
-            what = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc).split(";")[0]
-            raise LogError(f"{path}:1: not JSON ({what})") from None
+            if not raw.endswith(b"\n"):  # no complete header: noted if it is one cut short, else refused
+                return None, cut_first_line(Path(path), path, raw)
+            raise LogError(f"{path}:1: not JSON ({not_json(exc)})") from None
         if not isinstance(o, dict) or o.get("kind") != KIND_HEADER:
             other = other_document(o, path) if not isinstance(o, dict) or "kind" not in o else None
             raise LogError(other or f"{path}:1: not a decision log: its first line is not a header")
@@ -251,8 +251,7 @@ def _other_line(raw: bytes, log: RankLog, seg: Segment, lineno: int, extra: Chun
     try:
         o = json.loads(raw)
     except ValueError as exc:
-        what = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc).split(";")[0]
-        raise LogError(f"{where}: not JSON ({what})") from None
+        raise LogError(f"{where}: not JSON ({not_json(exc)})") from None
     kind = _kind_of_line(o)
     try:
         if kind == KIND_FAIL:
@@ -287,8 +286,7 @@ def parse_v1(log: RankLog, model: Model, pieces: list[tuple[Segment, list[bytes]
                 if is_last:
                     extra.notes.append(_cut_note(seg, lineno, raw))
                     break
-                what = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc).split(";")[0]
-                raise LogError(f"{seg.path}:{lineno}: not JSON ({what})") from None
+                raise LogError(f"{seg.path}:{lineno}: not JSON ({not_json(exc)})") from None
             if _kind_of_line(o) == KIND_PASS:
                 try:
                     recs.append(parse_pass(o, log, seg.fi, lineno))

@@ -9,7 +9,11 @@
   dies stops its peers within the pass in flight), so its log was cut or
   stopped (a write error, a full disk) while the rank went on, and its last
   passes are unchecked. Only the end is judged: a rotated log (``_KEEP``)
-  starts later on one rank than on another by design.
+  starts later on one rank than on another by design. On one node of a run
+  spread over nodes (``check-log --digest``, ``Report.node``) a rank without a
+  log there may log on another node: only the node's own logs ending apart are
+  judged there, and the ranks no node logged are found by ``--merge``, where
+  every node's digest meets.
 * **same-pass.** The runtime refuses a pass whose rows carry different pass
   stamps (``runtime.envelope``) and logs it as a ``DesyncError``: each such
   collective is one finding, with the ranks that logged it, wherever their
@@ -29,7 +33,7 @@ Both read only what the logs hold; nothing here changes the other checks.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from ..runtime.errors import DesyncError
 from .checks import Finding, Report, Session
@@ -49,18 +53,27 @@ def check_desync(report: Report, s: Session) -> None:
     desync_errors(report, s)
 
 
+def unlogged_places(s: Session) -> Optional[list[int]]:
+    """The places of the gather no log of ``s`` holds (None when some log does not say its place)."""
+    places = [g.group_rank for g in s.logs if g.group_rank is not None]
+    if len(places) != len(s.logs):
+        return None
+    return sorted(set(range(s.config.world_size)) - set(places))
+
+
 def _first_pass(s: Session) -> int:
     numbers = [log.passes[0].number for log in s.logs if log.passes] + [f.number for log in s.logs for f in log.fails]
     return min(numbers, default=1)
 
 
 def every_rank_logged(report: Report, s: Session) -> None:
+    """Every rank of the gather logged, to the run's last pass; on one node's part (``report.node``) only the second
+    half: the ranks this node did not log are the merge's to judge."""
     logs_end_together(report, s)
     world = s.config.world_size
-    if len(s.logs) >= world:
+    if len(s.logs) >= world or report.node:
         return
-    places = sorted(g.group_rank for g in s.logs if g.group_rank is not None)
-    missing = sorted(set(range(world)) - set(places)) if len(places) == len(s.logs) else None
+    missing = unlogged_places(s)
     who = (f"place{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} of the gather"
            if missing else f"{world - len(s.logs)} of its {world} ranks")
     report.add(Finding(

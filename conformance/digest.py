@@ -30,6 +30,7 @@ import io
 import json
 import os
 import zipfile
+import zlib
 from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
@@ -37,15 +38,15 @@ from typing import Any, Optional
 import numpy as np
 
 from ..spec.config import Config
-from ..spec.schema import MODE_COMPACT
+from ..spec.schema import KIND_HEADER, MODE_COMPACT
 from .checks import Finding, LogStats, Report, Session, divergence_is_no_known_defect
 from .desync import REFUSED
-from .logread import FailRec, LogError, RankLog
+from .logread import DIGEST_TOOL, FailRec, LogError, RankLog
 from .stream import CHUNK_RECORDS, MIN_CHUNK_PASSES, ChunkOut, CrossCols, Stitcher, _model, cross_check
 
 # 2: the fail records with their place and, for refused collectives, their message; the stamp as an offset
 DIGEST_FORMAT = 2
-TOOL = "prefill-delayer check-log digest"
+TOOL = DIGEST_TOOL  # meta.json's "tool" (logread recognises a digest given as a log by it)
 # A rank's fail record in its digest: a list of these FailRec fields (not the state before: the merge reads none).
 # The message is kept for a collective the runtime refused (``desync.desync_errors`` groups the ranks by it) and
 # empty for the other errors, so a rank failing every pass adds a few numbers per pass, not its messages.
@@ -146,19 +147,49 @@ def node_digest(paths: list[str], out: str, **options: Any) -> dict[str, Any]:
 # ----- the merge ----------------------------------------------------------------------------
 
 
+TAKES = "--merge takes the digest files that each node's check-log --digest wrote"
+# What reading a member of a damaged archive raises: a bad header or CRC, a deflated stream cut or corrupted.
+_DAMAGED = (OSError, zipfile.BadZipFile, EOFError, zlib.error)
+
+
+def _not_a_digest(path: str) -> str:
+    """Why a file that is no zip archive is no digest; a decision log given to --merge is called one."""
+    try:
+        with open(path, "rb") as f:
+            first = json.loads(f.readline(2**20))
+    except (OSError, ValueError, RecursionError):
+        first = None
+    if isinstance(first, dict) and first.get("kind") == KIND_HEADER:
+        return f"{path}: a decision log, not a check-log digest: check logs without --merge; {TAKES}"
+    return f"{path}: not a check-log digest: {TAKES}"
+
+
 class _Digest:
     """One node's digest, checked whole when opened (every member's CRC, meta.json's layout, every array it names),
     so a damaged or truncated copy is one line naming the file, not a failure half-way through the merge."""
 
     def __init__(self, path: str) -> None:
         self.path = path
+        if Path(path).is_dir():
+            raise LogError(f"{path}: is a folder: {TAKES}")
         try:
             self.zip = zipfile.ZipFile(path)
+        except FileNotFoundError:
+            raise LogError(f"{path}: no such file: {TAKES}") from None
+        except OSError as exc:
+            raise LogError(f"{path}: cannot open it: {exc.strerror or exc}") from None
+        except (zipfile.BadZipFile, EOFError, ValueError):
+            raise LogError(_not_a_digest(path)) from None
+        try:
             self.meta = json.loads(self.zip.read("meta.json"))
-        except (OSError, zipfile.BadZipFile, KeyError, ValueError) as exc:
-            raise LogError(f"{path}: not a check-log digest ({exc})") from None
+        except KeyError:
+            raise LogError(f"{path}: not a check-log digest (a zip archive without a digest's meta.json): {TAKES}") from None
+        except _DAMAGED as exc:
+            raise LogError(f"{path}: a damaged check-log digest (meta.json: {exc}): write the node's digest again") from None
+        except ValueError:  # JSONDecodeError, UnicodeDecodeError
+            raise LogError(f"{path}: not a check-log digest (its meta.json is not JSON): {TAKES}") from None
         if not isinstance(self.meta, dict) or self.meta.get("tool") != TOOL or "format" not in self.meta:
-            raise LogError(f"{path}: not a check-log digest (written by check-log --digest)")
+            raise LogError(f"{path}: not a check-log digest (its meta.json is not a digest's): {TAKES}")
         if self.meta.get("format") != DIGEST_FORMAT:
             raise LogError(f"{path}: a check-log digest of format {self.meta.get('format')}, this build merges format "
                            f"{DIGEST_FORMAT}: write the node's digest again with this build's check-log --digest")
@@ -166,7 +197,7 @@ class _Digest:
         try:
             bad = self.zip.testzip()
             missing = [name for name in self._named() if name not in self.names]
-        except (OSError, zipfile.BadZipFile, KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
+        except (*_DAMAGED, KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
             raise LogError(f"{path}: a damaged check-log digest ({type(exc).__name__}: {exc}): write the node's digest "
                            "again") from None
         if bad is not None:
@@ -202,7 +233,7 @@ class _Digest:
             if name.endswith(".npz"):
                 return np.load(data, allow_pickle=False)
             return np.lib.format.read_array(data, allow_pickle=False)
-        except (OSError, zipfile.BadZipFile, KeyError, ValueError, EOFError) as exc:
+        except (*_DAMAGED, KeyError, ValueError) as exc:
             raise LogError(f"{self.path}: a damaged check-log digest ({name}: {exc}): write the node's digest "
                            "again") from None
 

@@ -4,7 +4,12 @@ What is tolerated and what is not (``LogError`` carries ``FILE:LINE`` and what i
 
 * a last line cut short (a crash mid-write) is skipped and noted; any other
   line that is not JSON, or not a well-formed header / pass / fail / set line,
-  stops the read;
+  stops the read. A file whose only line is cut short has no complete header:
+  it is skipped and noted (its rank counts as unlogged) when that line is the
+  start of a header as the runtime writes one (a rank that crashed, or whose
+  disk filled, while its header was written), and refused otherwise: bytes
+  that do not start like a header are no decision log, whatever crashed;
+* a check-log digest, a trace or a report given as a log is called what it is;
 * a run's files (``rankN.jsonl``, ``rankN.jsonl.1`` ...) are joined by the run id
   in their headers and ordered by pass number; a run whose first files were
   rotated away starts where its oldest remaining file does (noted);
@@ -19,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Optional, Sequence
@@ -446,6 +452,61 @@ def other_document(o: Any, name: str) -> Optional[str]:
     return None
 
 
+# The "tool" of a digest's meta.json (``conformance.digest``), and how every zip archive starts.
+DIGEST_TOOL = "prefill-delayer check-log digest"
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
+def digest_file(path: Path, name: str) -> Optional[str]:
+    """What a check-log digest given as a log is, or None (any other file, a damaged digest included)."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(4) != _ZIP_MAGIC:
+                return None
+        with zipfile.ZipFile(path) as z:
+            meta = json.loads(z.read("meta.json"))
+    except (OSError, zipfile.BadZipFile, KeyError, ValueError, RuntimeError, RecursionError):
+        return None
+    if not isinstance(meta, dict) or meta.get("tool") != DIGEST_TOOL:
+        return None
+    return (f"{name} is a check-log digest (what check-log --digest writes on each node), not a decision log: give it "
+            f"to --merge with the other nodes' digests (prefill-delayer check-log --merge {name} ...)")
+
+
+# A header line as the runtime writes it starts with its kind (``runtime.decision_log``), whitespace aside.
+_HEADER_START = b'{"kind":"header"'
+
+
+def cut_header(raw: bytes) -> bool:
+    """Whether a first line cut short (no newline) is the start of a header line: a rank that crashed, or whose
+    disk filled, while its header was written; or only NUL bytes, what a file system can leave of a file whose
+    blocks were allotted but never written before a power loss. Other bytes are no decision log."""
+    if raw and not raw.strip(b"\0"):
+        return True
+    compact = re.sub(rb"\s+", b"", raw[:4 * len(_HEADER_START)])
+    return bool(compact) and compact[:len(_HEADER_START)] == _HEADER_START[:len(compact)]
+
+
+def cut_first_line(path: Path, name: str, raw: bytes) -> str:
+    """The note on a file whose only line is cut short, when it is a header cut short; else ``LogError``."""
+    if not cut_header(raw):
+        raise LogError(f"{name}:1: not a decision log: its only line ({len(raw)} bytes, no newline) is not the start of "
+                       "a header line")
+    why = ("its only line is NUL bytes: a power loss before its header reached the disk?" if not raw.strip(b"\0") else
+           "a crash, or a full disk, while its header was written?")
+    return (f"{name}: no complete header line (its only line is cut short at {len(raw)} bytes: {why}): ignored, its "
+            "rank counts as unlogged")
+
+
+def not_json(exc: ValueError) -> str:
+    """What is wrong with a line that is not JSON, in the reader's words, not the decoder's."""
+    if isinstance(exc, json.JSONDecodeError):
+        return exc.msg
+    if isinstance(exc, UnicodeDecodeError):
+        return f"byte {exc.object[exc.start]:#04x}, {exc.start} bytes into the line, is not UTF-8 text"
+    return str(exc).split(";")[0]
+
+
 def whole_file_document(path: Path) -> Any:
     """The file as one JSON document (a trace or a report is indented over many lines), or None (not one, or too big)."""
     try:
@@ -477,19 +538,19 @@ class _Reader:
                 try:
                     o = loads(raw)
                 except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer too long to convert
-                    if not raw.endswith(b"\n"):  # only the last line can lack its newline: cut short by a crash
-                        note = f"{name}:{lineno}: last line cut short ({len(raw)} bytes, not complete JSON): a crash mid-write? ignored"
-                        if log is not None:
-                            log.notes.append(note)
-                        else:
-                            self.empty.append(note)
-                            self.nothing.append(f"{name}: its only line is cut short ({len(raw)} bytes)")
-                        break
-                    other = other_document(whole_file_document(path), name) if lineno == 1 else None
+                    other = (digest_file(path, name) or other_document(whole_file_document(path), name)) if lineno == 1 else None
                     if other is not None:
                         raise LogError(other) from None
-                    what = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc).split(";")[0]
-                    raise LogError(f"{name}:{lineno}: not JSON ({what})") from None
+                    if not raw.endswith(b"\n"):  # only the last line can lack its newline: cut short by a crash
+                        if log is not None:
+                            log.notes.append(f"{name}:{lineno}: last line cut short ({len(raw)} bytes, not complete JSON): "
+                                             "a crash mid-write? ignored")
+                        else:
+                            self.empty.append(cut_first_line(path, name, raw))
+                            self.nothing.append(f"{name}: no complete header line (its only line is cut short at "
+                                                f"{len(raw)} bytes)")
+                        break
+                    raise LogError(f"{name}:{lineno}: not JSON ({not_json(exc)})") from None
                 kind = o.get("kind") if isinstance(o, dict) else None
                 other = other_document(o, name) if lineno == 1 and kind is None else None
                 if other is not None:

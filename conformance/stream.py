@@ -72,7 +72,7 @@ def scan_files(files: list[Path]) -> tuple[list[RankLog], list[str]]:
         if found is None:
             empty.append(note or f"{path}: empty")
             nothing.append(f"{path} is empty" if path.stat().st_size == 0
-                           else f"{path}: its only line is cut short ({path.stat().st_size} bytes)")
+                           else f"{path}: no complete header line (its only line is cut short at {path.stat().st_size} bytes)")
             continue
         header, config, info = found
         key = (header["rank"], header["run"])
@@ -1139,7 +1139,8 @@ class Stitcher:
     def session_checks(self) -> None:
         """The desync checks over the whole run: the runtime's refused collectives (from the fail lines, one finding
         with every rank that logged one) and every rank logged; both across ranks, so a node's digest leaves them to
-        the merge (it keeps the fail records they read)."""
+        the merge (it keeps the fail records they read), and on a node (``report.node``) the ranks it did not log are
+        not judged at all (``desync.every_rank_logged``)."""
         from .desync import desync_errors, every_rank_logged
 
         with self._cross_scope():
@@ -1188,7 +1189,10 @@ def run_chunks(tasks: Iterator[ChunkTask], pool: Any, jobs: int) -> Iterator[Chu
 def check_stream(paths: list[str], *, own_profile: bool = False, exact: bool = False, sample: float = DEFAULT_SAMPLE,
                  jobs: Optional[int] = None, plot: bool = False, progress: Optional[Callable[[str], None]] = None,
                  keep: Optional[Callable[[Session, ChunkOut], None]] = None) -> tuple[Report, list[str], dict]:
-    """(report, notes on empty files, timelines for the plot) of every log in ``paths``."""
+    """(report, notes on empty files, timelines for the plot) of every log in ``paths``.
+
+    ``keep(session, chunk)`` takes each chunk's result with its cross-rank columns, as a node's digest keeps them
+    (``check-log --digest``): the report is then one node's part of the run (``Report.node``)."""
     _CACHE.clear()  # models are built from the policy as it is now (a test may have patched a guard or a monitor)
     # a pool pays for itself only on logs of several chunks, sized by the files' bytes
     files = expand(paths)
@@ -1206,7 +1210,7 @@ def check_stream(paths: list[str], *, own_profile: bool = False, exact: bool = F
 def _check_sessions(logs: list[RankLog], empty: list[str], sessions: list[Session], notes: list[str], exact: bool,
                     sample: float, pool: Any, jobs: int, plot: bool, progress: Optional[Callable[[str], None]],
                     keep: Optional[Callable[[Session, ChunkOut], None]]) -> tuple[Report, list[str], dict]:
-    report = Report(sessions, notes=list(notes))
+    report = Report(sessions, notes=list(notes), node=keep is not None)  # keep: a node's digest is written
     timelines: dict = {}
     total = sum(max(0, (i.last or 0) - (i.first or 0) + 1) for log in logs for i in infos_of(log))
     done = 0

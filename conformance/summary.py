@@ -15,6 +15,7 @@ from ..spec.fields import reason_name
 from ..spec.monitors import Agreement, GroupRunBound, RunReport, is_monitor
 from .checks import AGREEMENT, CONFORMANCE, INVARIANT, Report
 from .desync import CHECKS as DESYNC_CHECKS
+from .desync import unlogged_places
 
 # Rows of the verdict table that hold for every policy: (category, property, what it covers).
 CONFORMANCE_CHECKS = (
@@ -79,25 +80,48 @@ def _ranges(gaps: list[tuple[int, int]]) -> str:
     return ", ".join(f"{a}" if a == b else f"{a}..{b}" for a, b in gaps)
 
 
+def _group_ids(report: Report) -> list[str]:
+    """The policies' group invariants (a run bound over every rank of the gather)."""
+    return list(dict.fromkeys(inv.id for pol in _policies(report) for inv in pol.invariants
+                              if isinstance(inv.check, GroupRunBound)))
+
+
+def left_to_merge(report: Report, s: Any) -> Optional[str]:
+    """On one node's part of a run (``check-log --digest``) whose gather has ranks without a log here: what the
+    node's checks leave to ``--merge``, said plainly; None for a whole run."""
+    if not report.node or s.complete:
+        return None
+    missing = unlogged_places(s)
+    world = s.config.world_size
+    who = (f"place{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} of the gather" if missing
+           else f"{world - len(s.logs)} of its {world} ranks")
+    across = ", ".join(["agreement", "same-pass", "rows-differ", *_group_ids(report)])
+    return (f"this node's part of the run (--digest): {who} have no log here; whether they logged (every-rank-logged), "
+            f"and the checks across ranks with them ({across}), are left to check-log --merge over every node's digest")
+
+
 def verdicts(report: Report) -> list[dict[str, Any]]:
-    """One entry per check: ok / violated (how often; a known defect of the profile?) / not checked (why)."""
+    """One entry per check: ok / violated (how often; a known defect of the profile?) / not checked (why) / left to
+    --merge (on one node's part of a run, a check that needs ranks logged on other nodes)."""
     profiles = sorted({s.config.profile for s in report.sessions})
     profile_of = {s.index: s.config.profile for s in report.sessions}
     compared = report.checked["agreement"]
     complete = any(s.complete for s in report.sessions)
+    node = report.node and not complete  # one node's part: ranks without a log here may log on other nodes
     out = []
-    groups = {inv.id for pol in _policies(report) for inv in pol.invariants if isinstance(inv.check, GroupRunBound)}
+    groups = set(_group_ids(report))
     for category, prop, what, stated in checks_of(report):
         n = report.counts[(category, prop)]
         known = any(f.known_defect for f in report.findings if f.property == prop)
         status = "violated" if n else "ok"
         why = ""
-        if not n and category == AGREEMENT and compared == 0:
-            status, why = "not checked", "no pass was logged by two ranks"
-        elif not n and prop == "rows-differ" and compared == 0:
-            status, why = "not checked", "no pass was logged by two ranks"
+        if not n and node and prop == "every-rank-logged":
+            status, why = "left to --merge", "the gather's ranks without a log here may log on other nodes"
+        elif not n and (category == AGREEMENT or prop == "rows-differ") and compared == 0:
+            status, why = (("left to --merge", "no pass was logged by two ranks here") if node
+                           else ("not checked", "no pass was logged by two ranks"))
         elif not n and prop in groups and not complete:
-            status, why = "not checked", "needs the logs of every rank of the gather"
+            status, why = ("left to --merge" if node else "not checked"), "needs the logs of every rank of the gather"
         statement = what or stated
         # a violated check names the profiles of the runs that violated it (a folder may hold runs of several)
         found_in = sorted({profile_of[f.session] for f in report.findings if f.property == prop and f.session in profile_of})
@@ -128,7 +152,7 @@ def summary_data(report: Report, empty: list[str]) -> dict[str, Any]:
             "ranks_logged": len(s.logs), "passes": ss["passes"], "passes_compared": ss["compared"],
             "mixed_passes": ss["mixed"], "mixed_resolved": {reason_name(k) if k != "split" else k: v
                                                              for k, v in ss["mixed_resolved"].items()},
-            "disagreeing_passes": ss["disagreements"], "ranks": ranks,
+            "disagreeing_passes": ss["disagreements"], "ranks": ranks, "left_to_merge": left_to_merge(report, s),
         })
     waits = _waits(report)
     return {
@@ -202,6 +226,8 @@ def text(report: Report, data: dict[str, Any], traces: Optional[list[dict[str, A
         lines.append(f"run {sd['session']}: profile {sd['profile']}, world {sd['world_size']} "
                      f"({sd['ranks_logged']} logged), {first} {c[first]}, "
                      f"spec {sd['spec_hash']} ({same}), {sd['passes']} passes")
+        if sd["left_to_merge"]:
+            lines.append(f"  {sd['left_to_merge']}")
         lines.append("  passes per rank:")
         for r in sd["ranks"]:
             failed = sum(r["failed"].values())
@@ -216,8 +242,8 @@ def text(report: Report, data: dict[str, Any], traces: Optional[list[dict[str, A
     for v in data["checks"]:
         if v["status"] == "ok":
             shown = "ok"
-        elif v["status"] == "not checked":
-            shown = f"not checked ({v['why']})"
+        elif v["status"] in ("not checked", "left to --merge"):
+            shown = f"{v['status']} ({v['why']})"
         else:
             shown = f"VIOLATED on {v['violations']} pass(es)" + (
                 f" (a known defect of profile {', '.join(v['profiles'])}: prove refutes it)" if v["known_defect"] else "")
@@ -276,5 +302,7 @@ def text(report: Report, data: dict[str, Any], traces: Optional[list[dict[str, A
                 lines.append(f"traces ({t['property']}): {t['why']}")
             else:
                 lines.append(f"trace not written ({t['property']}, pass {t['pass']}): {t['why']}")
-    lines.append(f"result: {'clean' if not report.violations else f'{report.violations} violation(s)'}")
+    part = any(sd["left_to_merge"] for sd in data["sessions"])
+    lines.append(f"result: {'clean' if not report.violations else f'{report.violations} violation(s)'}"
+                 + (" on this node's part; the checks across nodes are check-log --merge's" if part else ""))
     return "\n".join(lines)

@@ -312,7 +312,7 @@ def test_unusable_input_is_exit_2_with_one_line(tmp_path: Path, case: str) -> No
     else:
         target = tmp_path / "rank0.jsonl"
         target.write_text('{"kind": "hea')  # only a cut header
-        expected = f"nothing to check: {target}: its only line is cut short (13 bytes)"
+        expected = f"nothing to check: {target}: no complete header line (its only line is cut short at 13 bytes)"
     rc, out, err = check_log(str(target))
     assert rc == 2 and out == "" and expected in err and err.count("\n") == 1, err
 

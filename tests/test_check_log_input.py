@@ -113,3 +113,60 @@ def test_a_restart_with_a_new_configuration_is_checked_run_by_run(tmp_path: Path
         path.write_text("".join(json.dumps(o) + "\n" for o in lines))
     rc, out, err = check_log(str(logs))
     _one_line(rc, out, err, "the logs come from 2 different configurations or gather groups")
+
+
+def test_a_file_of_binary_garbage_among_the_logs_is_refused_naming_it(tmp_path: Path) -> None:
+    """100 random bytes, no newline, saved as a rank's log: no header was ever written, and they do not start like one
+    (which a rank that crashed while writing its header leaves): not a decision log, exit 2. It was noted as a last
+    line cut short by a crash, ignored, and the check went on."""
+    import random
+
+    logs = tmp_path / "logs"
+    write_inprocess_logs(logs, world=4, passes=10)
+    path = logs / "rank3.jsonl"
+    path.write_bytes(bytes(random.Random(7).choice([b for b in range(256) if b != 0x0A]) for _ in range(100)))
+    rc, out, err = check_log(str(logs))
+    _one_line(rc, out, err, f"{path}:1: not a decision log: its only line (100 bytes, no newline) is not the start of "
+              "a header line")
+    assert "cut short" not in err and "ignored" not in err
+
+
+def test_a_log_of_nul_bytes_is_noted_as_a_power_loss_and_its_rank_counts_as_unlogged(tmp_path: Path) -> None:
+    """NUL bytes, what a file system can leave of a file whose blocks were never written before a power loss: no
+    header, but no stranger's file either; noted like a header cut short, so the other ranks are still checked."""
+    logs = tmp_path / "logs"
+    write_inprocess_logs(logs, world=4, passes=10)
+    path = logs / "rank3.jsonl"
+    path.write_bytes(b"\0" * 64)
+    rc, out, err = check_log(str(logs))
+    assert rc == 1 and err == "", out + err
+    assert f"{path}: no complete header line (its only line is cut short at 64 bytes: its only line is NUL bytes: a " \
+           "power loss before its header reached the disk?): ignored, its rank counts as unlogged" in out, out
+    assert "place 3 of the gather logged nothing" in out
+
+
+def test_a_header_cut_short_is_noted_as_no_complete_header_and_its_rank_counts_as_unlogged(tmp_path: Path) -> None:
+    """A rank that crashed (or whose disk filled) while writing its header leaves the header's first bytes: noted, its
+    rank unlogged (every-rank-logged flags the run), the other ranks checked."""
+    logs = tmp_path / "logs"
+    write_inprocess_logs(logs, world=4, passes=10)
+    path = logs / "rank3.jsonl"
+    path.write_bytes(path.read_bytes()[:40])
+    rc, out, err = check_log(str(logs))
+    assert rc == 1 and err == "", out + err
+    assert f"{path}: no complete header line (its only line is cut short at 40 bytes: a crash, or a full disk, while its " \
+           "header was written?): ignored, its rank counts as unlogged" in out, out
+    assert "place 3 of the gather logged nothing" in out and "last line cut short" not in out
+
+
+def test_a_line_that_is_not_utf8_says_so_in_plain_words(tmp_path: Path) -> None:
+    """It said `'utf-8' codec can't decode byte 0xff in position 17: invalid start byte`."""
+    logs = tmp_path / "logs"
+    write_inprocess_logs(logs, world=2, passes=10)
+    path = logs / "rank1.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[5] = b'{"kind": "fail", \xff\n'
+    path.write_bytes(b"".join(lines))
+    rc, out, err = check_log(str(logs))
+    _one_line(rc, out, err, f"{path}:6: not JSON (byte 0xff, 17 bytes into the line, is not UTF-8 text)")
+    assert "codec" not in err
