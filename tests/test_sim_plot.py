@@ -68,3 +68,175 @@ def test_no_legend_covers_a_panel_with_data(drawn):
 def test_text_is_readable_at_the_saved_size(drawn):
     small = [(text, px) for text, px in drawn["text_px"] if px < MIN_TEXT_PX]
     assert not small, small
+
+
+# A crowded figure, as a new user's first one: the seed and six profiles that run alike here (a long panel title, and
+# a legend entry too wide for the legend to fit the figure unless wrapped), pdi and vllm-0.33.0 whose timelines show
+# two reasons their bindings both colour green, and whose curves are alike while their timelines are not.
+CROWDED = ["simulate", "--workload", "poisson", "--rate", "15", "--prompt-tokens", "1000:4000", "--output-tokens",
+           "100:400", "--duration", "8", *(x for p in ("seed", "sglang-0.5.17", "sglang-0.5.19", "sglang-0.5.22",
+                                                      "hardened", "lockstep", "lockstep-hardened", "pdi-0.5.23",
+                                                      "pdi-hardened", "vllm-0.33.0") for x in ("--profile", p))]
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+# pdi with its decode interval on, whose reasons its binding colours as the seed's (decode_interval red as delay,
+# small_batch blue as wait_success, no_interval green as no_wait), and a figure title wider than the figure.
+INTERVALS = ["simulate", "--workload", "poisson", "--rate", "15", "--prompt-tokens", "1000:4000", "--output-tokens",
+             "100:400", "--duration", "10", "--profile", "seed", "--profile", "pdi-0.5.23", "--profile", "vllm-0.33.0",
+             "--set", "prefill_decode_interval=3", "--set", "prefill_decode_interval_min_bs=4"]
+
+
+def _draw(argv, folder):
+    """Run ``argv --plot``, keeping, as drawn when saved: each titled panel's title, its extent and the panel's;
+    the series' legend entries; the reasons' legend entries with their colours; every text's extent."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.colors import to_hex
+    from matplotlib.figure import Figure
+    from matplotlib.text import Text
+
+    seen: dict = {}
+    save = Figure.savefig
+
+    def savefig(fig, *args, **kwargs):
+        seen["texts"] = []  # the texts of the saved drawing alone, not of one made before to measure
+        save(fig, *args, **kwargs)
+        renderer = fig.canvas.get_renderer()
+        panels = [a for a in fig.axes if a.get_title() and "throughput" not in a.get_title()
+                  and "running" not in a.get_title()]
+        throughput = next(a for a in fig.axes if "throughput" in a.get_title())
+        series = next(a.get_legend() for a in fig.axes if a.get_legend() is not None)
+        seen.update(
+            titles=[(a.get_title(), a.title.get_window_extent(renderer), a.get_window_extent(renderer)) for a in panels],
+            figure_box=fig.bbox,
+            lines=[_one_line(line.get_label()) for line in throughput.lines],
+            series=[_one_line(t.get_text()) for t in series.get_texts()],
+            reasons=[(t.get_text(), to_hex(h.get_facecolor()))
+                     for leg in fig.legends for t, h in zip(leg.get_texts(), leg.legend_handles)],
+        )
+
+    draw = Text.draw
+
+    def draw_text(text, renderer):  # every text as drawn: a tick label outside its axis' range is kept, not drawn
+        draw(text, renderer)
+        if text.get_visible() and text.get_text() and "texts" in seen:
+            seen["texts"].append((text.get_text(), text.get_window_extent(renderer)))
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(Figure, "savefig", savefig)
+    mp.setattr(Text, "draw", draw_text)
+    try:
+        path = folder / "sim.png"
+        assert cli([*argv, "--plot", str(path)]) == 0
+    finally:
+        mp.undo()
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    return seen
+
+
+@pytest.fixture(scope="module")
+def crowded(tmp_path_factory):
+    return _draw(CROWDED, tmp_path_factory.mktemp("crowded"))
+
+
+@pytest.fixture(scope="module")
+def intervals(tmp_path_factory):
+    return _draw(INTERVALS, tmp_path_factory.mktemp("intervals"))
+
+
+def test_every_panel_title_fits_its_panel(crowded):
+    names = [_one_line(t).split(" = ") for t, _, _ in crowded["titles"]]
+    assert max(map(len, names)) >= 5, names  # what the test is about: a title of many names
+    for text, title, panel in crowded["titles"]:
+        assert title.x0 >= panel.x0 - 1 and title.x1 <= panel.x1 + 1, (text, title, panel)
+        assert crowded["figure_box"].x0 <= title.x0 and title.x1 <= crowded["figure_box"].x1, text
+    boxes = [title for _, title, _ in crowded["titles"]]
+    assert not any(a.overlaps(b) for k, a in enumerate(boxes) for b in boxes[k + 1:]), crowded["titles"]
+
+
+@pytest.mark.parametrize("figure", ["crowded", "intervals"])
+def test_no_text_is_cut_off_at_the_figures_edges(figure, request):
+    drawn = request.getfixturevalue(figure)
+    # what the test is about: the series' legend's long entry; the figure's long title (the options)
+    assert max(len(_one_line(text)) for text, _ in drawn["texts"]) > 80
+    box = drawn["figure_box"]
+    out = [(text, ext) for text, ext in drawn["texts"] if ext.x0 < box.x0 - 1 or ext.x1 > box.x1 + 1
+           or ext.y0 < box.y0 - 1 or ext.y1 > box.y1 + 1]
+    assert not out, out
+
+
+@pytest.mark.parametrize("figure, alike", [("crowded", {"no_interval", "no_wait"}),
+                                           ("intervals", {"no_interval", "no_wait", "decode_interval", "delay"})])
+def test_every_reason_in_the_legend_has_its_own_colour(figure, alike, request):
+    drawn = request.getfixturevalue(figure)
+    reasons = dict(drawn["reasons"])
+    assert len(reasons) == len(drawn["reasons"]), drawn["reasons"]  # each reason once
+    assert alike <= set(reasons), reasons  # what the test is about: reasons their bindings colour alike
+    colours = list(reasons.values())
+    assert len(set(colours)) == len(colours), drawn["reasons"]
+    assert reasons["no_wait"] == "#2ca02c"  # the colour most runs' bindings give it kept
+    assert reasons.get("delay", "#d62728") == "#d62728"
+
+
+def test_the_series_legend_groups_runs_as_the_panels_do(crowded):
+    panels = list(dict.fromkeys(_one_line(t) for t, _, _ in crowded["titles"]))
+    assert crowded["series"] == crowded["lines"] == panels, (crowded["series"], panels)
+    assert {"pdi-0.5.23", "vllm-0.33.0"} <= {n for p in panels for n in p.split(" = ")}
+    assert not any({"pdi-0.5.23", "vllm-0.33.0"} <= set(p.split(" = ")) for p in panels)  # their timelines differ
+
+
+def test_reason_colours_never_collide():
+    pytest.importorskip("matplotlib")
+    from prefill_delayer.sim.plot import OWN_COLOURS, assign_colours
+
+    wanted = {"delay": ["#d62728"], "decode_interval": ["#d62728"], "no_wait": ["#2ca02c"], "no_interval": ["#2CA02C"]}
+    colours = assign_colours(["delay", "decode_interval", "no_wait", "no_interval"], lambda n: wanted[n])
+    assert colours["delay"] == "#d62728" and colours["no_wait"] == "#2ca02c"  # first come keeps its colour
+    assert len(set(colours.values())) == 4, colours
+    for n in (3, 40, 200):  # past every palette: colours made up, still none alike and never a simulator's grey
+        names = [*OWN_COLOURS, *(f"r{k}" for k in range(n))]
+        colours = assign_colours(names, lambda name: [OWN_COLOURS.get(name, "#2ca02c")])
+        assert len(set(colours.values())) == len(names), colours
+        assert colours == assign_colours(names, lambda name: [OWN_COLOURS.get(name, "#2ca02c")])  # deterministic
+
+
+def test_the_suite_colour_bar_reads_in_the_cells_units(tmp_path, monkeypatch):
+    """The heatmap's cells read percent of the bound (0-100): its colour bar does too, and is labelled."""
+    pytest.importorskip("matplotlib")
+    from types import SimpleNamespace
+
+    from matplotlib.figure import Figure
+
+    from prefill_delayer.sim import suite_run
+
+    fractions = {("a", "w1"): (1.0, 0.5, 0.25), ("a", "w2"): (0.9, None, 0.1), ("b", "w1"): (0.75, 0.05, 1.0)}
+    rows = [SimpleNamespace(policy=p, workload=w, fractions=lambda f=f: f) for (p, w), f in fractions.items()]
+    cases = [SimpleNamespace(spec=SimpleNamespace(name=w)) for w in ("w1", "w2")]
+    seen: list = []
+    save = Figure.savefig
+
+    def savefig(fig, *args, **kwargs):
+        save(fig, *args, **kwargs)
+        for ax in fig.axes:
+            for im in ax.images:
+                bar = im.colorbar
+                seen.append(dict(
+                    cells=[(t.get_text(), im.get_array()[round(t.get_position()[1]), round(t.get_position()[0])])
+                           for t in ax.texts],
+                    limits=(im.norm.vmin, im.norm.vmax),
+                    label=bar.ax.get_ylabel(),
+                    ticks=[t.get_text() for t in bar.ax.get_yticklabels()]))
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    suite_run.plot(cases, rows, str(tmp_path / "suite.png"), "suite test")
+    assert (tmp_path / "suite.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(seen) == 3
+    for heatmap in seen:
+        assert heatmap["limits"] == (0, 100) and "%" in heatmap["label"], heatmap
+        assert heatmap["ticks"] == ["0", "25", "50", "75", "100"], heatmap
+        for text, value in heatmap["cells"]:
+            if text != "-":  # a cell's number is the value its colour is read against on the bar
+                assert float(text) == pytest.approx(float(value), abs=0.5), heatmap
