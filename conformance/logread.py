@@ -487,6 +487,11 @@ def cut_header(raw: bytes) -> bool:
     return bool(compact) and compact[:len(_HEADER_START)] == _HEADER_START[:len(compact)]
 
 
+def no_complete_header(name: str, size: int, why: str = "") -> str:
+    """A file whose only line is cut short: it holds nothing to check (and, given, the likely ``why``)."""
+    return f"{name}: no complete header line (its only line is cut short at {size} bytes{': ' + why if why else ''})"
+
+
 def cut_first_line(path: Path, name: str, raw: bytes) -> str:
     """The note on a file whose only line is cut short, when it is a header cut short; else ``LogError``."""
     if not cut_header(raw):
@@ -494,8 +499,7 @@ def cut_first_line(path: Path, name: str, raw: bytes) -> str:
                        "a header line")
     why = ("its only line is NUL bytes: a power loss before its header reached the disk?" if not raw.strip(b"\0") else
            "a crash, or a full disk, while its header was written?")
-    return (f"{name}: no complete header line (its only line is cut short at {len(raw)} bytes: {why}): ignored, its "
-            "rank counts as unlogged")
+    return f"{no_complete_header(name, len(raw), why)}: ignored, its rank counts as unlogged"
 
 
 def not_json(exc: ValueError) -> str:
@@ -547,8 +551,7 @@ class _Reader:
                                              "a crash mid-write? ignored")
                         else:
                             self.empty.append(cut_first_line(path, name, raw))
-                            self.nothing.append(f"{name}: no complete header line (its only line is cut short at "
-                                                f"{len(raw)} bytes)")
+                            self.nothing.append(no_complete_header(name, len(raw)))
                         break
                     raise LogError(f"{name}:{lineno}: not JSON ({not_json(exc)})") from None
                 kind = o.get("kind") if isinstance(o, dict) else None

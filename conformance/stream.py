@@ -46,7 +46,7 @@ from .chunks import FileInfo, Segment, offset_of, parse_v1, parse_v2, read_segme
 from .arrayops import broadcast
 from .columns import Model, RankCols, run_lengths
 from .desync import drift_finding
-from .logread import LogError, PassRec, RankLog, expand
+from .logread import LogError, PassRec, RankLog, expand, no_complete_header
 
 CHUNK_RECORDS = 96 * 1024  # records per chunk (all ranks): about 100 MB at most in a worker while it parses
 DEFAULT_SAMPLE = 0.005  # share of passes the default path re-fires through the machine besides those it flags
@@ -71,8 +71,8 @@ def scan_files(files: list[Path]) -> tuple[list[RankLog], list[str]]:
         found, note = scan_file(str(path))
         if found is None:
             empty.append(note or f"{path}: empty")
-            nothing.append(f"{path} is empty" if path.stat().st_size == 0
-                           else f"{path}: no complete header line (its only line is cut short at {path.stat().st_size} bytes)")
+            size = path.stat().st_size
+            nothing.append(f"{path} is empty" if size == 0 else no_complete_header(str(path), size))
             continue
         header, config, info = found
         key = (header["rank"], header["run"])

@@ -655,16 +655,16 @@ def check(out_dir: Path) -> int:
     status = 0
     expected = generate()
     committed = doc.read_text(encoding="utf-8") if doc.is_file() else ""
-    if committed != expected and doc.is_file():  # a missing doc's diff would be the whole doc: its line says enough
-        sys.stdout.writelines(
-            difflib.unified_diff(
-                committed.splitlines(keepends=True),
-                expected.splitlines(keepends=True),
-                fromfile=f"{doc} (committed)",
-                tofile=f"{doc} (generated from spec {hashing.spec_hash()})",
-            )
-        )
     if committed != expected:
+        if doc.is_file():  # a missing doc's diff would be the whole doc: the line below says enough
+            sys.stdout.writelines(
+                difflib.unified_diff(
+                    committed.splitlines(keepends=True),
+                    expected.splitlines(keepends=True),
+                    fromfile=f"{doc} (committed)",
+                    tofile=f"{doc} (generated from spec {hashing.spec_hash()})",
+                )
+            )
         what = "is stale" if doc.is_file() else "is missing"
         print(f"{doc} {what}: run `prefill-delayer docs`", file=sys.stderr)
         status = 1
