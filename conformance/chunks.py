@@ -35,8 +35,8 @@ from ..spec.fields import BOOL, CONTROL, COUNT, OPT_SECONDS, REASON, SECONDS, TE
 from ..spec.schema import KIND_FAIL, KIND_HEADER, KIND_PASS, KIND_SET, MODE_FULL, digest_of_bytes, enums, pass_columns, view_kind
 from .columns import MAX_EXACT, Model, RankCols
 from .logread import (
-    FailRec, LogError, RankLog, SetRec, _parse_fail, _parse_set, _show, cut_first_line, digest_file, not_json, other_document,
-    parse_header, parse_pass, whole_file_document,
+    FailRec, LogError, RankLog, SetRec, _parse_fail, _parse_set, _show, first_line, not_json, parse_header,
+    parse_pass,
 )
 
 try:  # orjson parses a chunk's lines in one call; the standard library's json is the same format, slower
@@ -126,21 +126,9 @@ def scan_file(path: str) -> tuple[Optional[tuple[dict[str, Any], Any, FileInfo]]
         raise LogError(f"{path}: cannot open it: {exc.strerror or exc}") from None
     with f:
         raw = f.readline()
-        if not raw:
-            return None, f"{path}: empty (no header): a crash before the first write? ignored"
-        try:
-            o = json.loads(raw)
-        except ValueError as exc:
-            # a node's digest (a zip), or a trace or a report (indented): called what it is
-            other = digest_file(Path(path), path) or other_document(whole_file_document(Path(path)), path)
-            if other is not None:
-                raise LogError(other) from None
-            if not raw.endswith(b"\n"):  # no complete header: noted if it is one cut short, else refused
-                return None, cut_first_line(Path(path), path, raw)
-            raise LogError(f"{path}:1: not JSON ({not_json(exc)})") from None
-        if not isinstance(o, dict) or o.get("kind") != KIND_HEADER:
-            other = other_document(o, path) if not isinstance(o, dict) or "kind" not in o else None
-            raise LogError(other or f"{path}:1: not a decision log: its first line is not a header")
+        o, note = first_line(Path(path), path, raw)
+        if o is None:
+            return None, note
         try:
             header, config = parse_header(o)
             fmt = header["format"]

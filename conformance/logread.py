@@ -521,6 +521,27 @@ def whole_file_document(path: Path) -> Any:
         return None
 
 
+def first_line(path: Path, name: str, raw: bytes) -> tuple[Optional[dict[str, Any]], Optional[str]]:
+    """A log's first line (``raw``, b"" for an empty file) as its header record, or the note on a file that holds
+    nothing to check: empty, or its header cut short. ``LogError`` for a file that is no decision log, called what it
+    is where it is one of this package's other files (a node's digest, a trace, a report)."""
+    if not raw:
+        return None, f"{name}: empty (no header): a crash before the first write? ignored"
+    try:
+        o = json.loads(raw)
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer too long to convert
+        other = digest_file(path, name) or other_document(whole_file_document(path), name)
+        if other is not None:
+            raise LogError(other) from None
+        if not raw.endswith(b"\n"):  # no complete header: noted if it is one cut short, else refused
+            return None, cut_first_line(path, name, raw)
+        raise LogError(f"{name}:1: not JSON ({not_json(exc)})") from None
+    if not isinstance(o, dict) or o.get("kind") != KIND_HEADER:
+        other = other_document(o, name) if not isinstance(o, dict) or "kind" not in o else None
+        raise LogError(other or f"{name}:1: not a decision log: its first line is not a header")
+    return o, None
+
+
 class _Reader:
     def __init__(self) -> None:
         self.logs: dict[tuple[int, str], RankLog] = {}
@@ -533,39 +554,33 @@ class _Reader:
             f = open(path, "rb")
         except OSError as exc:
             raise LogError(f"{name}: cannot open it: {exc.strerror or exc}") from None
-        log: Optional[RankLog] = None
-        fi = -1
         loads = json.loads
-        lineno = 0
         with f:
-            for lineno, raw in enumerate(f, 1):
+            raw = f.readline()
+            head, note = first_line(path, name, raw)
+            if head is None:
+                self.empty.append(note or name)
+                self.nothing.append(no_complete_header(name, len(raw)) if raw else f"{name} is empty")
+                return
+            try:
+                log, fi = self._header(head, name)
+            except ValueError as exc:
+                raise LogError(f"{name}:1: {exc}") from None
+            for lineno, raw in enumerate(f, 2):
                 try:
                     o = loads(raw)
                 except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer too long to convert
-                    other = (digest_file(path, name) or other_document(whole_file_document(path), name)) if lineno == 1 else None
-                    if other is not None:
-                        raise LogError(other) from None
                     if not raw.endswith(b"\n"):  # only the last line can lack its newline: cut short by a crash
-                        if log is not None:
-                            log.notes.append(f"{name}:{lineno}: last line cut short ({len(raw)} bytes, not complete JSON): "
-                                             "a crash mid-write? ignored")
-                        else:
-                            self.empty.append(cut_first_line(path, name, raw))
-                            self.nothing.append(no_complete_header(name, len(raw)))
+                        log.notes.append(f"{name}:{lineno}: last line cut short ({len(raw)} bytes, not complete JSON): "
+                                         "a crash mid-write? ignored")
                         break
                     raise LogError(f"{name}:{lineno}: not JSON ({not_json(exc)})") from None
                 kind = o.get("kind") if isinstance(o, dict) else None
-                other = other_document(o, name) if lineno == 1 and kind is None else None
-                if other is not None:
-                    raise LogError(other)
                 try:
-                    if kind == KIND_PASS and log is not None:
+                    if kind == KIND_PASS:
                         log.passes.append(parse_pass(o, log, fi, lineno))
                     elif kind == KIND_HEADER:
                         log, fi = self._header(o, name)
-                    elif log is None:
-                        raise ValueError("not a decision log: its first line is not a header"
-                                         if lineno == 1 else f"a {kind} line before any header")
                     elif kind == KIND_FAIL:
                         log.fails.append(FailRec(*_parse_fail(o, log), fi, lineno))
                     elif kind == KIND_SET:
@@ -574,9 +589,6 @@ class _Reader:
                         raise ValueError(f"unknown line kind {_show(kind)}; expected header, pass, fail or set")
                 except ValueError as exc:
                     raise LogError(f"{name}:{lineno}: {exc}") from None
-        if log is None and not any(n.startswith(f"{name}:") for n in self.empty):
-            self.empty.append(f"{name}: empty (no header): a crash before the first write? ignored")
-            self.nothing.append(f"{name} is empty")
 
     def _header(self, o: dict[str, Any], name: str) -> tuple[RankLog, int]:
         header, config = parse_header(o)

@@ -286,9 +286,9 @@ class Staged:
 
     def write(self, option: str, data: Union[str, bytes]) -> None:
         """The whole content of file option ``option``."""
-        out = self._output(option, folder=False)
-        with _naming(option, out.value):
-            _fill(self._temp(out.real, Path(out.value).suffix), data)
+        tmp = self.path(option)
+        with _naming(option, self._outputs[option].value):
+            _fill(tmp, data)
 
     def write_in(self, option: str, name: str, data: Union[str, bytes]) -> str:
         """File ``name`` inside folder option ``option``; returns its path as the user named the folder."""
