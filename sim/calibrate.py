@@ -149,12 +149,13 @@ def sensitivity() -> str:
     return "\n".join(rows)
 
 
-# Every policy of the spec, each profile: SGLang's releases and ours, the gate, and the other engines' policies.
+# Every policy of the spec, each profile: SGLang's delayer as released and hardened, the gate, the other engines'
+# policies, and ours (`aligned`).
 # The gate and vLLM's cadence do nothing at their defaults (interval 0 and 1): both run at an interval of 4.
 POLICY_PROFILES = ("off", "sglang-0.5.23", "hardened", "pdi-0.5.23", "pdi-hardened", "vllm-0.33.0", "cadence-hardened",
                    "trtllm-adp-balance", "adp-hardened", "atom-coalescer", "atom-coalescer-1611",
                    "atom-coalescer-hardened", "atom-930", "atom-930-hardened", "vllm-48246", "vllm-48246-hardened", "lockstep",
-                   "lockstep-hardened")
+                   "lockstep-hardened", "aligned")
 POLICY_SETS = ("--set", "prefill_decode_interval=4", "--set", "prefill_schedule_interval=4")
 # The Poisson load: #32880's engine (DP=16, the 0.20 s decode floor) without its refill wave.
 POISSON = ("--workload", "poisson", "--dp-size", "16", "--max-running-requests", "128", "--max-total-tokens", "1300000",
