@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import time
@@ -31,7 +32,20 @@ def add_arguments(prove: argparse.ArgumentParser) -> None:
     prove.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="processes, one per profile (default: up to 2)")
 
 
-options_problem = prove_problem
+def z3_problem() -> Optional[str]:
+    """Why the proofs cannot run here, or ``None``: z3 comes with an extra that the check-only install leaves out,
+    and its absence is the user's install, not a property that fails (exit 1)."""
+    try:
+        importlib.import_module("z3")
+    except ImportError:
+        return "needs z3 (the z3-solver package), which is not installed: pip install 'prefill-delayer[proofs]'"
+    return None
+
+
+def options_problem(args: Any) -> Optional[str]:
+    """The first bad option; then whether z3 is there, before any work."""
+    problem = prove_problem(args)
+    return problem if problem is not None else z3_problem()
 
 
 def format_matrix(results: Sequence[Any]) -> str:

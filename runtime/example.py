@@ -117,7 +117,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     mixed = args.workload == "mixed"
 
     warnings.filterwarnings("ignore", message=r".*NumPy.*")
-    import torch.distributed as dist
+    try:
+        import torch.distributed as dist
+    except ImportError:  # the runtime extra is not installed: the user's install, said once, not a traceback per rank
+        _say("needs torch, which is not installed: pip install 'prefill-delayer[runtime]'")
+        return 2
 
     dist.init_process_group("gloo", init_method="env://", timeout=timedelta(seconds=args.timeout_s))
     try:
