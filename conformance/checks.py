@@ -42,6 +42,9 @@ from .logread import LogError, PassRec, RankLog
 CONFORMANCE, AGREEMENT, INVARIANT = "conformance", "agreement", "invariant"
 # Findings kept per property (all are counted).
 KEEP_PER_PROPERTY = 200
+# How far apart in wall-clock time the ranks of one run can log one pass: each logs it once the pass's all-gather
+# returns, within milliseconds of the others, plus the skew of the hosts' clocks (NTP keeps it to milliseconds).
+ONE_PASS_SPREAD_S = 2.0
 
 
 @dataclass
@@ -200,7 +203,38 @@ def build_sessions(logs: list[RankLog], own_profile: bool) -> tuple[list[Session
                 raise LogError("two logs of one run claim the same place in the gather: "
                                + ", ".join(f"{g.files[0]} (group rank {g.group_rank})" for g in members))
             sessions.append(Session(len(sessions), members[0].config, members[0].spec_hash, members))
+            notes += _apart_note(sessions[-1])
     return sessions, notes
+
+
+def _pass_walls(log: RankLog) -> dict[int, float]:
+    """The wall clock of a rank's first and last logged pass, by pass number (from its records, or, when its files
+    were only scanned, from their first and last pass lines)."""
+    if log.passes:
+        return {r.number: r.wall for r in (log.passes[0], log.passes[-1])}
+    infos = [i for i in log.__dict__.get("infos", ()) if i.first is not None]
+    out = {}
+    if infos and infos[0].first_wall is not None:
+        out[infos[0].first] = infos[0].first_wall
+    if infos and infos[-1].last_wall is not None:
+        out[infos[-1].last] = infos[-1].last_wall
+    return out
+
+
+def _apart_note(s: Session) -> list[str]:
+    """A note when ranks of one run logged the same pass seconds apart: the files of two runs given as one. Each rank
+    logs a pass once its all-gather returns, so one run's ranks log it within ``ONE_PASS_SPREAD_S`` of each other."""
+    walls = [_pass_walls(log) for log in s.logs]
+    for number in sorted(set.intersection(*(set(w) for w in walls)) if walls else ()):
+        at = [w[number] for w in walls]
+        if max(at) - min(at) > ONE_PASS_SPREAD_S:
+            early = [log.rank for log, t in zip(s.logs, at) if t - min(at) <= ONE_PASS_SPREAD_S]
+            late = [log.rank for log in s.logs if log.rank not in early]
+            return [f"run {s.index}: ranks {', '.join(map(str, late))} logged pass {number} {max(at) - min(at):.1f} s after "
+                    f"ranks {', '.join(map(str, early))}, where one run's ranks log a pass within milliseconds of each "
+                    "other (once its all-gather returns): are these the files of different runs? The checks across "
+                    "ranks compare them as one run"]
+    return []
 
 
 def _ended(log: RankLog) -> float:
@@ -374,7 +408,6 @@ def _compare(report: Report, s: Session, number: int, present: list[tuple[int, P
     that same violation's consequence, and is reported under its property, not
     judged by the later pass's arguments alone.
     """
-    policy = s.config.policy
     logs = s.logs
     i0, first = present[0]
     if any(r.rows != first.rows for _, r in present[1:]):
@@ -383,6 +416,28 @@ def _compare(report: Report, s: Session, number: int, present: list[tuple[int, P
                            f"pass {number}: ranks {', '.join(map(str, ranks))} logged other gathered rows than rank "
                            f"{logs[i0].rank} (an all-gather gives every rank the same rows)",
                            [logs[i].where(r.fi, r.line) for i, r in present]))
+        # Agreement is a claim about ranks that gathered the same rows: each set of them is judged apart.
+        parts: dict[Any, list[tuple[int, PassRec]]] = {}
+        for i, r in present:
+            parts.setdefault(_rows_key(r.rows), []).append((i, r))
+        for part in parts.values():
+            if len(part) > 1:
+                _, split = _judge_agreement(report, s, number, part, split)
+        return False, split
+    return _judge_agreement(report, s, number, present, split)
+
+
+def _rows_key(rows: Any) -> Any:
+    """The gathered rows as a dict key: the logged digest of the column path is one already, a record's rows a list."""
+    return tuple(rows) if isinstance(rows, list) else rows
+
+
+def _judge_agreement(report: Report, s: Session, number: int, present: list[tuple[int, PassRec]],
+                     split: Optional[tuple[int, str]]) -> tuple[bool, Optional[tuple[int, str]]]:
+    """Ranks that gathered the same rows decide alike (the agreement properties); see ``_compare``."""
+    policy = s.config.policy
+    logs = s.logs
+    first = present[0][1]
     keys = [_agreement_key(policy, r) for _, r in present]
     same_state = all(shared_state(r, policy) == shared_state(first, policy) for _, r in present)
     if all(k == keys[0] for k in keys):

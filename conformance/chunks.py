@@ -62,6 +62,7 @@ class FileInfo:
     first: Optional[int]
     last: Optional[int]
     last_wall: Optional[float] = None  # the wall clock of its last pass: when its run ended, as far as this file says
+    first_wall: Optional[float] = None  # the wall clock of its first pass
 
 
 def _number(line: bytes, fmt: int) -> Optional[int]:
@@ -143,6 +144,10 @@ def scan_file(path: str) -> tuple[Optional[tuple[dict[str, Any], Any, FileInfo]]
         info = FileInfo(path, header, fmt, mode, body, size, None, None)
         pos, first, _ = _next_pass(f, body, size, fmt)
         info.first = first
+        if pos is not None:
+            f.seek(pos)
+            wall = _wall(f.readline(), fmt)
+            info.first_wall = None if wall is None else wall + (header["started"] if fmt == 2 else 0.0)
         if first is not None:  # the last pass line: search back from the end
             back = 4096
             while True:

@@ -13,7 +13,7 @@ from typing import Any, Optional
 from ..runtime.decision_log import build_spec_hash
 from ..spec.fields import reason_name
 from ..spec.monitors import Agreement, GroupRunBound, RunReport, is_monitor
-from .checks import AGREEMENT, CONFORMANCE, INVARIANT, Report
+from .checks import AGREEMENT, CONFORMANCE, INVARIANT, KEEP_PER_PROPERTY, Report
 from .desync import CHECKS as DESYNC_CHECKS
 from .desync import unlogged_places
 
@@ -80,6 +80,41 @@ def _ranges(gaps: list[tuple[int, int]]) -> str:
     return ", ".join(f"{a}" if a == b else f"{a}..{b}" for a, b in gaps)
 
 
+def missing_passes(gaps: list[tuple[int, int]], failed: list[int]) -> list[tuple[int, int]]:
+    """The gaps in a rank's pass numbers that no fail line explains. The runtime logs every pass, in order, until
+    its log stops, and a failed pass as a fail line; so a pass missing inside a log is a line lost or removed, or a
+    rotated file deleted: passes nothing was checked on."""
+    fails = sorted(set(failed))
+    out: list[tuple[int, int]] = []
+    for a, b in gaps:
+        start = a
+        for n in fails:
+            if start <= n <= b:
+                if n > start:
+                    out.append((start, n - 1))
+                start = n + 1
+        if start <= b:
+            out.append((start, b))
+    return out
+
+
+def _missing_notes(data: dict[str, Any]) -> list[str]:
+    """One note per set of missing passes, naming every rank that lacks them (a lost stretch is often every rank's)."""
+    ranks: dict[tuple, list[int]] = {}
+    for sd in data["sessions"]:
+        for r in sd["ranks"]:
+            if r["missing_passes"]:
+                ranks.setdefault((sd["session"], tuple(map(tuple, r["missing_passes"]))), []).append(r["rank"])
+    out = []
+    for (_, missing), rs in ranks.items():
+        n = sum(b - a + 1 for a, b in missing)
+        out.append(f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}: pass{'es' if n > 1 else ''} "
+                   f"{_ranges(list(missing))} ({n} in all{', each' if len(rs) > 1 else ''}) missing from the log, with no "
+                   "fail line for them: lines lost or removed, or a rotated file deleted (the runtime logs every pass in "
+                   "order until its log stops); nothing was checked on them, and no hold run across them is judged")
+    return out
+
+
 def _group_ids(report: Report) -> list[str]:
     """The policies' group invariants (a run bound over every rank of the gather)."""
     return list(dict.fromkeys(inv.id for pol in _policies(report) for inv in pol.invariants
@@ -144,6 +179,7 @@ def summary_data(report: Report, empty: list[str]) -> dict[str, Any]:
                 "failed": dict(st.failed), "sets": st.sets, "reasons": {reason_name(k): v for k, v in st.reasons.items()},
                 "delay_runs": {str(k): v for k, v in sorted(st.delay_runs.items())}, "delay_runs_cut": st.cut_runs,
                 "delay_run_open_at_end": st.open_run, "longest_delay_run": max(st.delay_runs, default=0),
+                "missing_passes": [list(g) for g in missing_passes(st.gaps, [f.number for f in log.fails])],
                 "notes": log.notes,
             })
         sessions.append({
@@ -160,6 +196,7 @@ def summary_data(report: Report, empty: list[str]) -> dict[str, Any]:
         "spec_hash": build_spec_hash(),
         "result": "violations" if report.violations else "clean",
         "violations": report.violations,
+        "missing_passes": sum(b - a + 1 for sd in sessions for r in sd["ranks"] for a, b in r["missing_passes"]),
         "checked": dict(report.checked),
         "checks": verdicts(report),
         "findings": [f.as_dict() for f in report.findings],
@@ -274,7 +311,7 @@ def text(report: Report, data: dict[str, Any], traces: Optional[list[dict[str, A
     if ended:
         lines.append("  waits begun on a mixed pass ended with: " + ", ".join(
             f"{k} {v}" for k, v in sorted(ended.items(), key=lambda kv: -kv[1])))
-    notes = data["notes"] + [n for sd in data["sessions"] for r in sd["ranks"] for n in r["notes"]]
+    notes = data["notes"] + [n for sd in data["sessions"] for r in sd["ranks"] for n in r["notes"]] + _missing_notes(data)
     if notes:
         lines.append("notes:")
         lines += [f"  {n}" for n in notes]
@@ -288,7 +325,7 @@ def text(report: Report, data: dict[str, Any], traces: Optional[list[dict[str, A
                 lines.append(f"  {f.property}: {f.message}{where}")
         for (cat, prop), n in sorted(report.counts.items()):
             if n > SHOWN_PER_PROPERTY:
-                lines.append(f"  {prop}: ... and {n - SHOWN_PER_PROPERTY} more (all in --json, up to 200 each)")
+                lines.append(f"  {prop}: ... and {n - SHOWN_PER_PROPERTY} more (--json lists up to {KEEP_PER_PROPERTY} of each property)")
     if traces is not None:
         if not traces:
             from ..traces.violations import replayable
@@ -303,6 +340,8 @@ def text(report: Report, data: dict[str, Any], traces: Optional[list[dict[str, A
             else:
                 lines.append(f"trace not written ({t['property']}, pass {t['pass']}): {t['why']}")
     part = any(sd["left_to_merge"] for sd in data["sessions"])
+    missing = data["missing_passes"]
     lines.append(f"result: {'clean' if not report.violations else f'{report.violations} violation(s)'}"
+                 + (f" on the passes logged; {missing} pass(es) missing from the logs (notes)" if missing else "")
                  + (" on this node's part; the checks across nodes are check-log --merge's" if part else ""))
     return "\n".join(lines)

@@ -7,6 +7,7 @@ own edits and checks are in ``tests/test_log_format_2.py``."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,9 @@ import pytest
 
 from delayer_spec import PROFILES
 
-from decision_log_harness import check_log, edit_line, read_lines, write_inprocess_logs, write_seed_unbounded_logs
+from decision_log_harness import (
+    check_log, edit_line, mixed_inputs, read_lines, write_inprocess_logs, write_seed_unbounded_logs,
+)
 
 V1 = {"format": 1}
 
@@ -286,6 +289,54 @@ def test_gaps_are_reported_not_guessed_over(clean_logs: Path, tmp_path: Path) ->
     assert "rank 2: 77 passes (1..80), 0 failed, gaps 30..32" in out
     ranks = _json(tmp_path / "r.json")["sessions"][0]["ranks"]
     assert ranks[2]["gaps"] == [[30, 32]] and ranks[0]["gaps"] == []
+
+
+def test_passes_missing_inside_a_log_are_a_note_and_the_result_says_so(clean_logs: Path, tmp_path: Path) -> None:
+    logs = _copy(clean_logs, tmp_path / "logs")
+    for rank in range(4):  # a stretch lost on every rank: the per-rank figures alone read "clean"
+        path = logs / f"rank{rank}.jsonl"
+        lines = path.read_text().splitlines(keepends=True)
+        path.write_text("".join(line for line in lines if not 40 <= (json.loads(line).get("pass") or 0) <= 49))
+    rc, out, err = check_log(str(logs), "--json", str(tmp_path / "r.json"))
+    assert rc == 0, out + err
+    assert ("ranks 0, 1, 2, 3: passes 40..49 (10 in all, each) missing from the log, with no fail line for them" in out
+            and "result: clean on the passes logged; 40 pass(es) missing from the logs (notes)" in out), out
+    report = _json(tmp_path / "r.json")
+    assert report["missing_passes"] == 40 and report["sessions"][0]["ranks"][1]["missing_passes"] == [[40, 49]]
+    rc, out, err = check_log(str(clean_logs))
+    assert rc == 0 and out.rstrip().endswith("result: clean") and "missing" not in out, out
+
+
+def test_a_failed_pass_is_no_missing_pass() -> None:
+    from prefill_delayer.conformance.summary import missing_passes
+
+    assert missing_passes([(5, 9), (20, 20)], [6, 7, 20, 30]) == [(5, 5), (8, 9)]
+    assert missing_passes([(5, 9)], []) == [(5, 9)] and missing_passes([], [3]) == []
+
+
+def test_files_of_two_runs_given_as_one_are_named_and_not_blamed_on_agreement(tmp_path: Path) -> None:
+    """Ranks 0-1 of one run beside ranks 2-3 of another, a minute later: the note says what the folder holds, and a
+    pass whose rows differ is no agreement violation (agreement is a claim about ranks that gathered the same rows)."""
+    write_inprocess_logs(tmp_path / "a", world=4, passes=40)
+    write_inprocess_logs(tmp_path / "b", world=4, passes=40, inputs=lambda rank, k: mixed_inputs(rank, k + 3))
+    mix = tmp_path / "mix"
+    mix.mkdir()
+    for rank, run in ((0, "a"), (1, "a"), (2, "b"), (3, "b")):
+        lines = (tmp_path / run / f"rank{rank}.jsonl").read_text().splitlines(keepends=True)
+        header = json.loads(lines[0])
+        header["started"] += 60.0 * (run == "b")
+        (mix / f"rank{rank}.jsonl").write_text(json.dumps(header) + "\n" + "".join(lines[1:]))
+    rc, out, err = check_log(str(mix), "--json", str(tmp_path / "r.json"))
+    assert rc == 1, out + err
+    assert re.search(r"run 0: ranks 2, 3 logged pass 1 6\d\.\d s after ranks 0, 1", out), out
+    assert "the files of different runs?" in out
+    findings = _json(tmp_path / "r.json")["findings"]
+    differ = {f["pass"] for f in findings if f["property"] == "rows-differ"}
+    assert differ, findings
+    assert not [f for f in findings if f["property"].startswith("agreement") and f["pass"] in differ], findings
+    assert "rows-differ: ... and" in out and "more (--json lists up to 200 of each property)" in out, out
+    rc, out, err = check_log(str(tmp_path / "a"))
+    assert rc == 0 and "different runs" not in out, out + err
 
 
 def test_restarted_runs_in_one_folder_are_checked_as_runs(tmp_path: Path) -> None:
