@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from . import verdict
+from . import at_least, parser, run_main, verdict
 from .runtime import MAX_DELAY_PASSES, SERVER_ARGS, WATERMARK, _inputs
 from ..runtime.delayer import CROSSCHECK_ENV, PrefillDelayer, PrefillDelayerSinglePassExecutor
 from ..runtime.example import mixed_workload
@@ -82,14 +82,16 @@ def runtime_cost(passes: int, rounds: int, folder: Path) -> tuple[float, float, 
     runners = {"off": lambda k: _one_pass(off, k), "on": lambda k: _one_pass(on, k)}
     times: dict[str, list[float]] = {"off": [], "on": []}
     k = 0
-    for fn in runners.values():  # warm-up
-        _block(fn, passes // 4, k)
-    k += passes
-    for _ in range(rounds):
-        for name, fn in runners.items():
-            times[name].append(_block(fn, passes, k))
+    try:
+        for fn in runners.values():  # warm-up
+            _block(fn, max(passes // 4, 1), k)
         k += passes
-    on.close()
+        for _ in range(rounds):
+            for name, fn in runners.items():
+                times[name].append(_block(fn, passes, k))
+            k += passes
+    finally:  # interrupted too: the writer thread stops before its folder is removed
+        on.close()
     log = on.decision_log
     assert log is not None and log.failure is None, log and log.failure
     extra = statistics.median(b - a for a, b in zip(times["off"], times["on"]))
@@ -117,9 +119,11 @@ def line_cost(passes: int, folder: Path, rounds: int = 5) -> float:
     for r in range(rounds):
         log = DecisionLog(DecisionLogOptions(folder / f"line-{r}.jsonl"), c, rank=3, group_rank=3, group_ranks=list(range(WORLD)))
         c0 = time.process_time()
-        for k in range(passes):
-            log.passed(k + 1, 1000.0 + k * 0.0501234567, (0.8712345678901234, 256), flats[k & 63], state, d)
-        log.close()
+        try:
+            for k in range(passes):
+                log.passed(k + 1, 1000.0 + k * 0.0501234567, (0.8712345678901234, 256), flats[k & 63], state, d)
+        finally:  # interrupted too: the writer thread stops before its folder is removed
+            log.close()
         assert log.failure is None, f"the decision log stopped, so its cost was not measured: {log.failure}"
         per_round.append((time.process_time() - c0) / passes * 1e6)
     return statistics.median(per_round)
@@ -140,7 +144,6 @@ def write_group_day(folder: Path, records: int, world: int = WORLD, seed: int = 
                max_delay_ms=20.0, token_usage_low_watermark=0.5)
     policy, env, step = c.policy, Envelope(c), Step(c)
     rows: list[list[int]] = [[] for _ in range(world)]
-    flat: list[int] = []
 
     class Lockstep:
         world_size = world
@@ -158,23 +161,24 @@ def write_group_day(folder: Path, records: int, world: int = WORLD, seed: int = 
                         decision_log=DecisionLogOptions(folder, folder=True, max_bytes=2**40)) for r in range(world)]
     rng = random.Random(seed)
     passes = records // world
-    for k in range(passes):
-        dt = 0.05 + rng.random() * 0.001
-        inputs = []
-        for r in range(world):
-            clocks[r][0] += dt
-            prefillable, usage, rb, pb, mrr, wq = mixed_workload(r, world, k)
-            usage = usage - rng.random() * 0.01  # a ratio at full precision, as SGLang's token usage is
-            inp = policy.input_cls(prefillable, usage, rb, pb, mrr, wq)
-            state = step.finalize(cores[r].state)
-            rows[r] = policy.local_row(PY, c, inp, policy.local_for(PY, state, clocks[r][0], inp)) + list(env.tail) + [env.stamp(k + 1)]  # the pass stamp: pass k + 1 (each core ends its passes)
-            inputs.append(inp)
-        for core, inp in zip(cores, inputs):
-            core.negotiate(*inp)
-            core.finalize()
-    for core in cores:
-        core.close()
-    del flat
+    try:
+        for k in range(passes):
+            dt = 0.05 + rng.random() * 0.001
+            inputs = []
+            for r in range(world):
+                clocks[r][0] += dt
+                prefillable, usage, rb, pb, mrr, wq = mixed_workload(r, world, k)
+                usage = usage - rng.random() * 0.01  # a ratio at full precision, as SGLang's token usage is
+                inp = policy.input_cls(prefillable, usage, rb, pb, mrr, wq)
+                state = step.finalize(cores[r].state)
+                rows[r] = policy.local_row(PY, c, inp, policy.local_for(PY, state, clocks[r][0], inp)) + list(env.tail) + [env.stamp(k + 1)]  # the pass stamp: pass k + 1 (each core ends its passes)
+                inputs.append(inp)
+            for core, inp in zip(cores, inputs):
+                core.negotiate(*inp)
+                core.finalize()
+    finally:  # interrupted too: every writer thread stops before the folder is removed
+        for core in cores:
+            core.close()
     return passes
 
 
@@ -189,13 +193,18 @@ def check_run(folder: Path, *extra: str) -> tuple[int, float, float, str]:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peak = 0
     ps = psutil.Process(proc.pid)
-    while proc.poll() is None:
-        try:
-            procs = [ps] + ps.children(recursive=True)
-            peak = max(peak, sum(p.memory_info().rss for p in procs if p.is_running()))
-        except psutil.Error:
-            pass
-        time.sleep(0.1)
+    try:
+        while proc.poll() is None:
+            try:
+                procs = [ps] + ps.children(recursive=True)
+                peak = max(peak, sum(p.memory_info().rss for p in procs if p.is_running()))
+            except psutil.Error:
+                pass
+            time.sleep(0.1)
+    except BaseException:  # interrupted: the check reads the folder about to be removed, so it ends first
+        proc.kill()
+        proc.communicate()
+        raise
     out, err = proc.communicate()
     wall = time.perf_counter() - t0
     lines = (out or err).strip().splitlines()
@@ -203,13 +212,19 @@ def check_run(folder: Path, *extra: str) -> tuple[int, float, float, str]:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m prefill_delayer.benchmarks.decision_log", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--passes", type=int, default=4000, help="passes per timed block of the runtime cost (default 4000)")
-    parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds; medians are reported (default 15)")
-    parser.add_argument("--records", type=int, default=2_000_000, help="pass records of the group-day (default 2,000,000)")
-    parser.add_argument("--exact-records", type=int, default=200_000, help="records --exact checks (default 200,000)")
-    parser.add_argument("--jobs", type=int, default=None, help="check-log's worker processes (default: every core)")
-    args = parser.parse_args(argv)
+    """Exit 2 with one line naming a bad option; 130 on Ctrl-C and 143 on SIGTERM, the temporary folder removed."""
+    p = parser("decision_log", __doc__)
+    p.add_argument("--passes", type=at_least(1), default=4000, help="passes per timed block of the runtime cost (default 4000)")
+    p.add_argument("--rounds", type=at_least(1), default=15, help="interleaved rounds; medians are reported (default 15)")
+    whole = f" (one pass of the {WORLD}-rank group)"
+    p.add_argument("--records", type=at_least(WORLD, whole), default=2_000_000, help="pass records of the group-day (default 2,000,000)")
+    p.add_argument("--exact-records", type=at_least(WORLD, whole), default=200_000, help="records --exact checks (default 200,000)")
+    p.add_argument("--jobs", type=at_least(1), default=None, help="check-log's worker processes (default: every core)")
+    args = p.parse_args(argv)
+    return run_main(p.prog, lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
     if os.environ.pop(CROSSCHECK_ENV, None) is not None:
         print(f"{CROSSCHECK_ENV} unset for the benchmark: it times the production path")
     os.environ.pop("PREFILL_DELAYER_DECISION_LOG", None)  # the log is turned on and off here, explicitly

@@ -34,7 +34,7 @@ import warnings
 from datetime import timedelta
 from typing import Any, Callable, Optional
 
-from . import verdict
+from . import at_least, integers_at_least, parser, run_main, verdict
 from ..runtime.server_args import ServerArgs
 
 # Per runner ("bare", "ours", "seed"), one (wall, CPU) µs-per-pass pair per round.
@@ -231,12 +231,17 @@ def run_local(passes: int, rounds: int, with_seed: bool) -> Timings:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m prefill_delayer.benchmarks.runtime", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--worlds", default="1,2,4", help="comma-separated world sizes (default 1,2,4)")
-    parser.add_argument("--passes", type=int, default=200, help="passes per timed block (default 200)")
-    parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds; medians are reported (default 15)")
-    parser.add_argument("--no-seed", action="store_true", help="skip the seed even when it is found")
-    args = parser.parse_args(argv)
+    """Exit 2 with one line naming a bad option; 130 on Ctrl-C, 143 on SIGTERM."""
+    p = parser("runtime", __doc__)
+    p.add_argument("--worlds", type=integers_at_least(1), default="1,2,4", help="comma-separated world sizes (default 1,2,4)")
+    p.add_argument("--passes", type=at_least(1), default=200, help="passes per timed block (default 200)")
+    p.add_argument("--rounds", type=at_least(1), default=15, help="interleaved rounds; medians are reported (default 15)")
+    p.add_argument("--no-seed", action="store_true", help="skip the seed even when it is found")
+    args = p.parse_args(argv)
+    return run_main(p.prog, lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
     from ..integrations.sglang.upstream import SEED_RELEASE, ReleaseUnavailable, release_source
     from ..runtime.delayer import CROSSCHECK_ENV
 
@@ -256,7 +261,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     print("wall = elapsed time of the slowest rank; cpu = main-thread CPU time, mean over ranks (robust to waiting and to a busy machine)")
     print(f"{'world':>5} {'':>4} {'bare':>8} {'ours':>8} {'seed':>8} {'ours extra':>11} {'seed extra':>11} {'ratio':>6}")
     cpu_ratios: dict[str, Optional[float]] = {}
-    for world in (int(w) for w in args.worlds.split(",")):
+    for world in args.worlds:
         cpu_ratios[f"world {world}"] = _report(str(world), run_world(world, args.passes, args.rounds, seed))
     cpu_ratios["local"] = _report("local", run_local(args.passes * 5, args.rounds, seed))
     print("local = one process, the collective replaced by a copy into a buffer: the Python cost alone")

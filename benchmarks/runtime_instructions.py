@@ -69,19 +69,26 @@ def _per_pass(passes: list[int], seeds: list[int], path: Optional[str], label: s
     return counts
 
 
-def _ints(text: str, what: str, parser: argparse.ArgumentParser) -> list[int]:
+MAX_HASH_SEED = 2**32 - 1  # the largest PYTHONHASHSEED the interpreter takes
+
+
+def _ints(text: str, what: str, parser: argparse.ArgumentParser, high: Optional[int] = None) -> list[int]:
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         parser.error(f"{what} takes comma-separated integers, not {text!r}")
     if not values:
         parser.error(f"{what} needs at least one value")
+    if high is not None and not all(0 <= v <= high for v in values):
+        parser.error(f"{what} takes integers in [0, {high}], got {text!r}")
     return values
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m prefill_delayer.benchmarks.runtime_instructions",
-                                     description=__doc__.split("\n\n")[0])
+    """Exit 2 with one line naming a bad option, or without valgrind; 130 on Ctrl-C, 143 on SIGTERM."""
+    from . import parser as benchmark_parser, run_main
+
+    parser = benchmark_parser("runtime_instructions", __doc__)
     parser.add_argument("--passes", default="2000,6000", help="the two numbers of passes (default 2000,6000)")
     parser.add_argument("--seeds", default="0,1,2", help="PYTHONHASHSEED values, one count each (default 0,1,2)")
     parser.add_argument("--vs", metavar="DIR", help="also count the build in DIR/prefill_delayer (another checkout), "
@@ -91,9 +98,13 @@ def main(argv: Optional[list[str]] = None) -> int:
         parser.error(f"--vs {args.vs}: no prefill_delayer/benchmarks/runtime.py there (give the folder that holds the "
                      "checkout as prefill_delayer)")
     passes = _ints(args.passes, "--passes", parser)
-    seeds = _ints(args.seeds, "--seeds", parser)
+    seeds = _ints(args.seeds, "--seeds", parser, MAX_HASH_SEED)
     if len(passes) != 2 or not 0 <= passes[0] < passes[1]:
         parser.error("--passes takes two numbers of passes, the smaller first (for example 2000,6000)")
+    return run_main(parser.prog, lambda: _run(args, passes, seeds))
+
+
+def _run(args: argparse.Namespace, passes: list[int], seeds: list[int]) -> int:
     if shutil.which("valgrind") is None:
         print("runtime_instructions: valgrind is not installed here (the count needs callgrind)", file=sys.stderr)
         return 2

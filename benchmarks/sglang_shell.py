@@ -29,7 +29,7 @@ import warnings
 from datetime import timedelta
 from typing import Any, Callable, Optional
 
-from . import verdict
+from . import at_least, parser, run_main, verdict
 from .runtime import spawn_ranks
 
 ROW = 9
@@ -152,12 +152,16 @@ def run(world: int, passes: int, rounds: int, timeout_s: float = 600.0) -> tuple
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m prefill_delayer.benchmarks.sglang_shell",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--world", type=int, default=2, help="gloo ranks (default 2)")
-    parser.add_argument("--passes", type=int, default=200, help="passes per timed block (default 200)")
-    parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds; medians are reported (default 15)")
-    args = parser.parse_args(argv)
+    """Exit 2 with one line naming a bad option, or when SGLang is not installed; 130 on Ctrl-C, 143 on SIGTERM."""
+    p = parser("sglang_shell", __doc__)
+    p.add_argument("--world", type=at_least(1), default=2, help="gloo ranks (default 2)")
+    p.add_argument("--passes", type=at_least(1), default=200, help="passes per timed block (default 200)")
+    p.add_argument("--rounds", type=at_least(1), default=15, help="interleaved rounds; medians are reported (default 15)")
+    args = p.parse_args(argv)
+    return run_main(p.prog, lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         from importlib.metadata import version
 

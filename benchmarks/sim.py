@@ -19,11 +19,13 @@ import sys
 import time
 from typing import Optional
 
-from . import verdict
+from . import at_least, parser, run_main, verdict
 from ..runtime.delayer import CROSSCHECK_ENV
 from ..sim.options import SIMULATED as PROFILES
 from ..sim.config import GATHERS, SimConfig, Variant
 from ..sim.engine import run_variant
+from ..sim.errors import SimInputError
+from ..spec.config import MAX_WORLD_SIZE
 from ..sim.workload import Lengths, LongPrompt, Poisson
 
 TARGET_S = 20.0
@@ -45,16 +47,35 @@ def workloads(dp_size: int) -> dict[str, object]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m prefill_delayer.benchmarks.sim", description=__doc__.split("\n\n")[0])
-    p.add_argument("--passes", type=int, default=TARGET_PASSES)
-    p.add_argument("--dp-size", type=int, default=8)
+    """Exit 2 with one line naming a bad option or profile; 130 on Ctrl-C, 143 on SIGTERM."""
+    p = parser("sim", __doc__)
+    p.add_argument("--passes", type=at_least(1), default=TARGET_PASSES)
+    p.add_argument("--dp-size", type=at_least(1, high=MAX_WORLD_SIZE), default=8)
     p.add_argument("--gather", default=",".join(GATHERS), help="comma list of: " + ", ".join(GATHERS))
     p.add_argument("--profile", action="append", help="default: every profile")
     args = p.parse_args(argv)
     gathers = [g.strip() for g in args.gather.split(",") if g.strip()]
     bad = [g for g in gathers if g not in GATHERS]
-    if bad or args.passes < 1 or args.dp_size < 1:
-        p.error(f"--gather takes {', '.join(GATHERS)}; --passes and --dp-size must be >= 1")
+    if bad or not gathers:
+        p.error(f"--gather takes a comma list of {', '.join(GATHERS)}, got {args.gather!r}")
+    for name in args.profile or ():
+        try:
+            Variant.of(name)
+        except SimInputError as exc:
+            p.error(f"--profile: {exc}")
+    return run_main(p.prog, lambda: _judged(p.prog, args, gathers))
+
+
+def _judged(prog: str, args: argparse.Namespace, gathers: list[str]) -> int:
+    """What only a run finds out (a profile that does not take this --dp-size): one line, exit 2."""
+    try:
+        return _run(args, gathers)
+    except SimInputError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace, gathers: list[str]) -> int:
     if os.environ.get(CROSSCHECK_ENV):
         print(f"note: {CROSSCHECK_ENV} is set: every pass is also fired through the transitions machine (slower)")
     profiles = args.profile or list(PROFILES)

@@ -161,8 +161,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"{name}: {exc}", file=sys.stderr)
             return 2
     except KeyboardInterrupt:
-        print(f"{name}: interrupted", file=sys.stderr)
-        return INTERRUPTED
+        return interrupted(name)
+
+
+def interrupted(name: str) -> int:
+    """Ctrl-C as every command of the package says it: one line naming the command, the status a shell reports."""
+    print(f"{name}: interrupted", file=sys.stderr)
+    return INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -91,3 +91,85 @@ def test_the_instruction_count_benchmark_judges_against_the_other_build(
     assert ri.main([]) == 2 and "valgrind is not installed" in capsys.readouterr().err
     done = subprocess.run([sys.executable, "-c", ri.CHILD, "5"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+BAD_OPTIONS = [
+    ("runtime", ["--worlds", "abc"], "argument --worlds: expected an integer >= 1, got 'abc'"),
+    ("runtime", ["--worlds", "0"], "argument --worlds: expected an integer >= 1, got '0'"),
+    ("runtime", ["--worlds", ","], "argument --worlds: expected comma-separated integers >= 1, got ','"),
+    ("runtime", ["--rounds", "-1"], "argument --rounds: expected an integer >= 1, got '-1'"),
+    ("runtime", ["--passes", "0"], "argument --passes: expected an integer >= 1, got '0'"),
+    ("decision_log", ["--passes", "0"], "argument --passes: expected an integer >= 1, got '0'"),
+    ("decision_log", ["--rounds", "0"], "argument --rounds: expected an integer >= 1, got '0'"),
+    ("decision_log", ["--records", "-5"], "argument --records: expected an integer >= 16 (one pass of the 16-rank group), got '-5'"),
+    ("decision_log", ["--exact-records", "15"], "argument --exact-records: expected an integer >= 16"),
+    ("decision_log", ["--jobs", "0"], "argument --jobs: expected an integer >= 1, got '0'"),
+    ("sim", ["--passes", "0"], "argument --passes: expected an integer >= 1, got '0'"),
+    ("sim", ["--dp-size", "100000"], "argument --dp-size: expected an integer in [1, 65536], got '100000'"),
+    ("sim", ["--profile", "nope"], "--profile: unknown profile 'nope'"),
+    ("sglang_shell", ["--world", "0"], "argument --world: expected an integer >= 1, got '0'"),
+    ("sglang_shell", ["--passes", "-1"], "argument --passes: expected an integer >= 1, got '-1'"),
+    ("sglang_shell", ["--rounds", "0"], "argument --rounds: expected an integer >= 1, got '0'"),
+    ("runtime_instructions", ["--seeds", "-1"], "--seeds takes integers in [0, 4294967295], got '-1'"),
+]
+
+
+@pytest.mark.parametrize(("module", "argv", "fragment"), BAD_OPTIONS, ids=[f"{m} {' '.join(a)}" for m, a, _ in BAD_OPTIONS])
+def test_a_bad_option_is_one_line_naming_it_and_exit_2(module: str, argv: list[str], fragment: str,
+                                                       capsys: pytest.CaptureFixture) -> None:
+    """Exit 1 means a missed target: a bad option is refused before any work, as the CLI refuses one."""
+    import importlib
+
+    bench = importlib.import_module(f"prefill_delayer.benchmarks.{module}")
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"python -m prefill_delayer.benchmarks.{module}: ") and fragment in err, err
+
+
+def test_ctrl_c_is_one_line_exit_130_and_the_temporary_folder_goes(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
+                                                                   tmp_path) -> None:
+    import tempfile
+
+    def interrupted(folder, records, **kwargs) -> int:
+        (folder / "part.jsonl").write_text("{}\n")  # something half-written there when Ctrl-C comes
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(decision_log, "write_group_day", interrupted)
+    try:
+        code = decision_log.main(["--passes", "20", "--rounds", "1", "--records", "32"])
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C escaped the benchmark (a traceback)")
+    assert code == 130
+    assert capsys.readouterr().err == "python -m prefill_delayer.benchmarks.decision_log: interrupted\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sigterm_removes_the_temporary_folder(tmp_path) -> None:
+    """``timeout`` ends a benchmark with SIGTERM: its temporary folder (hundreds of MB at full size) goes with it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-m", "prefill_delayer.benchmarks.decision_log", "--passes", "100000", "--rounds", "50"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not any(p.name.startswith("prefill-delayer-bench-log-") for p in tmp_path.iterdir()):
+            assert time.monotonic() < deadline and proc.poll() is None, "the benchmark made no temporary folder"
+            time.sleep(0.05)
+        time.sleep(0.5)  # into the timed rounds, the decision log writing
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, err)
+    assert err == "python -m prefill_delayer.benchmarks.decision_log: terminated\n", err
+    assert list(tmp_path.iterdir()) == []
