@@ -79,16 +79,22 @@ def options_problem(args: Any) -> Optional[str]:
     return problem
 
 
-def _nothing_to_check(data: dict[str, Any]) -> Optional[str]:
-    """Logs that hold no pass at all (a header, maybe failed passes): nothing was checked, so nothing is clean."""
+def _nothing_to_check(report: Any, data: dict[str, Any]) -> Optional[str]:
+    """Logs that hold no pass at all (a header, maybe failed passes): nothing was checked, so nothing is clean. Where
+    every pass failed, the first failure says why (a ``ConfigMismatchError`` fails the first pass on every rank)."""
     ranks = [r for s in data["sessions"] for r in s["ranks"]]
     if any(r["passes"] for r in ranks):
         return None
     files = [f for r in ranks for f in r["files"]]
     failed = sum(sum(r["failed"].values()) for r in ranks)
     heads = "a header" if len(files) == 1 else "headers"
-    held = f"{heads} and {failed} failed pass{'es' * (failed != 1)}" if failed else heads
-    return f"nothing to check: no pass is logged in {', '.join(files)}, only {held} (the delayer ran no pass while it logged)"
+    if not failed:
+        return f"nothing to check: no pass is logged in {', '.join(files)}, only {heads} (the delayer ran no pass while it logged)"
+    first = min(((f, log) for s in report.sessions for log in s.logs for f in log.fails), key=lambda x: (x[0].number, x[1].rank))
+    fail, log = first
+    return (f"nothing to check: no pass is logged in {', '.join(files)}, only {heads} and {failed} failed "
+            f"pass{'es' * (failed != 1)}: every pass the delayer ran failed; the first, rank {log.rank}'s pass "
+            f"{fail.number}: {fail.error}: {fail.message}  [{log.where(fail.fi, fail.line)}]")
 
 
 def _progress() -> Any:
@@ -134,7 +140,7 @@ def main(args: Any) -> int:
         except LogError as exc:
             problem: Optional[str] = str(exc)
         else:
-            problem = _nothing_to_check(data)
+            problem = _nothing_to_check(report, data)
         if problem is not None:
             out.discard()  # nothing of a check that did not happen
             print(f"prefill-delayer check-log: {problem}", file=sys.stderr)

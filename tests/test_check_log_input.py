@@ -43,7 +43,10 @@ def test_a_log_without_passes_is_nothing_to_check_not_clean(tmp_path: Path) -> N
     run_ranks(2, rank_main)
     assert [o["kind"] for o in read_lines(failed / "rank0.jsonl")] == ["header", "fail"]
     rc, out, err = check_log(str(failed / "rank0.jsonl"))
-    _one_line(rc, out, err, f"nothing to check: no pass is logged in {failed / 'rank0.jsonl'}, only a header and 1 failed pass")
+    _one_line(rc, out, err, f"nothing to check: no pass is logged in {failed / 'rank0.jsonl'}, only a header and 1 failed pass",
+              "every pass the delayer ran failed; the first, rank 0's pass 1: ConfigMismatchError: ", "max_delay_passes",
+              f"[{failed / 'rank0.jsonl'}:2]")
+    assert "ran no pass" not in err
 
 
 def test_an_empty_file_says_so_once(tmp_path: Path) -> None:
