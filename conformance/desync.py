@@ -79,9 +79,10 @@ def every_rank_logged(report: Report, s: Session) -> None:
     report.add(Finding(
         DESYNC, "every-rank-logged", s.index, _first_pass(s), s.ranks,
         f"run {s.index}: {who} logged nothing (the gather has {world} ranks, logs came from rank"
-        f"{'s' if len(s.logs) > 1 else ''} {', '.join(map(str, s.ranks))}): a rank without this delayer "
-        "(SGLang's own PrefillDelayer, where PREFILL_DELAYER_PROFILE is not set, writes no log), or with the "
-        "decision log off; its decisions are not checked",
+        f"{'s' if len(s.logs) > 1 else ''} {', '.join(map(str, s.ranks))}): its files not given (give every "
+        "rank's files, or their folder; one node's logs go through check-log --digest and --merge), a rank without "
+        "this delayer (SGLang's own PrefillDelayer, where PREFILL_DELAYER_PROFILE is not set, writes no log), or "
+        "with the decision log off; its decisions are not checked",
         [log.files[0] for log in s.logs]))
 
 

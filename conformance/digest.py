@@ -152,8 +152,29 @@ TAKES = "--merge takes the digest files that each node's check-log --digest wrot
 _DAMAGED = (OSError, zipfile.BadZipFile, EOFError, zlib.error)
 
 
+def _cut_digest(path: str) -> Optional[str]:
+    """The line for a digest cut short (a copy that stopped, a full disk): its archive's index, at the end, is gone,
+    but its first member, at the start, is one a digest writes (``s0/...`` or ``meta.json``)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(30 + 256)
+            size = os.fstat(f.fileno()).st_size
+    except OSError:
+        return None
+    if head[:4] != b"PK\x03\x04" or len(head) < 30:
+        return None
+    name = head[30:30 + int.from_bytes(head[26:28], "little")]
+    if name != b"meta.json" and not (name[:1] == b"s" and name[1:].split(b"/")[0].isdigit() and b"/" in name):
+        return None
+    return (f"{path}: a check-log digest cut short or damaged ({size} bytes, the archive's index at its end is "
+            "missing): copy the node's digest again, or write it again with check-log --digest")
+
+
 def _not_a_digest(path: str) -> str:
     """Why a file that is no zip archive is no digest; a decision log given to --merge is called one."""
+    cut = _cut_digest(path)
+    if cut is not None:
+        return cut
     try:
         with open(path, "rb") as f:
             first = json.loads(f.readline(2**20))
@@ -183,7 +204,8 @@ class _Digest:
         try:
             self.meta = json.loads(self.zip.read("meta.json"))
         except KeyError:
-            raise LogError(f"{path}: not a check-log digest (a zip archive without a digest's meta.json): {TAKES}") from None
+            raise LogError(_cut_digest(path) or f"{path}: not a check-log digest (a zip archive without a digest's "
+                           f"meta.json): {TAKES}") from None
         except _DAMAGED as exc:
             raise LogError(f"{path}: a damaged check-log digest (meta.json: {exc}): write the node's digest again") from None
         except ValueError:  # JSONDecodeError, UnicodeDecodeError

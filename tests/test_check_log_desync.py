@@ -44,6 +44,7 @@ def test_a_run_where_some_ranks_logged_nothing_is_flagged(tmp_path: Path) -> Non
     (f,) = [f for f in report["findings"] if f["property"] == "every-rank-logged"]
     assert f["ranks"] == [0, 2] and f["pass"] == 1
     assert "places 1, 3 of the gather logged nothing (the gather has 4 ranks, logs came from ranks 0, 2)" in f["message"]
+    assert "its files not given (give every rank's files, or their folder; one node's logs go through" in f["message"]
     assert "SGLang's own PrefillDelayer, where PREFILL_DELAYER_PROFILE is not set, writes no log" in f["message"]
     assert _verdict(report, "every-rank-logged")["status"] == "violated"
 

@@ -188,3 +188,15 @@ def test_a_digest_whose_compressed_meta_json_is_damaged_is_one_line(digest: Path
     bad.write_bytes(bytes(raw))
     rc, out, err = check_log("--merge", str(bad))
     _one_line(rc, out, err, f"{bad}: a damaged check-log digest (meta.json: ", "write the node's digest again")
+
+
+@pytest.mark.parametrize("keep", [0.6, 0.05])
+def test_a_digest_cut_short_says_so(digest: Path, tmp_path: Path, keep: float) -> None:
+    """A copy that stopped part-way was 'not a check-log digest (a zip archive without a digest's meta.json)' (its
+    npz members are zip archives too, so one of theirs was read as the digest's index) or plain 'not a check-log digest'."""
+    cut = tmp_path / "cut.digest"
+    raw = digest.read_bytes()
+    cut.write_bytes(raw[:int(len(raw) * keep)])
+    rc, out, err = check_log("--merge", str(cut))
+    _one_line(rc, out, err, f"{cut}: a check-log digest cut short or damaged ({int(len(raw) * keep)} bytes, the archive's "
+              "index at its end is missing): copy the node's digest again, or write it again with check-log --digest")
