@@ -513,8 +513,9 @@ def _validate(m: np.ndarray, rules: tuple[np.ndarray, np.ndarray, np.ndarray, li
         return
     j = int(np.argmin(ok.all(axis=0)))
     i = int(np.argmin(ok[:, j]))
+    v = float(x[i, j])  # the matrix is floats: a whole number is shown as the integer the line holds
     raise LogError(f"{_where(log, fi, line, i)}: field '{log.header['columns'][j]}' expected {want[j]}, "
-                   f"got {_show(float(x[i, j]))}")
+                   f"got {_show(int(v) if v.is_integer() and abs(v) < 2**53 else v)}")
 
 
 def _cols_of_matrix(m: np.ndarray, model: Model, line: np.ndarray, fi: np.ndarray, rows: Optional[np.ndarray]) -> RankCols:

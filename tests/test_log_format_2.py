@@ -77,7 +77,8 @@ def test_a_bad_value_is_file_and_line(tmp_path: Path) -> None:
     write_inprocess_logs(tmp_path, world=2, passes=10)
     edit_pass(tmp_path / "rank0.jsonl", 4, lambda v, c: v.__setitem__(c.index("before.control"), 9))
     rc, out, err = check_log(str(tmp_path))
-    assert rc == 2 and f"{tmp_path / 'rank0.jsonl'}:5: field 'before.control' expected an index in [0, 3)" in err, err
+    assert rc == 2 and f"{tmp_path / 'rank0.jsonl'}:5: field 'before.control' expected an index in [0, 3) (the header's enums), got 9\n" in err, err
+    assert "got 9.0" not in err  # the line holds the integer 9
 
 
 def _edit_lines(path: Path, edits: dict[int, Any]) -> None:
