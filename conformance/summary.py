@@ -292,7 +292,8 @@ def text(report: Report, data: dict[str, Any], traces: Optional[list[dict[str, A
         f"{k} {_share(reasons[k], total)}" for k in order if reasons.get(k)))
     for sd in data["sessions"]:
         for r in sd["ranks"]:
-            lines.append(f"    rank {r['rank']}: " + ", ".join(f"{k} {r['reasons'][k]}" for k in order if r["reasons"].get(k)))
+            lines.append(f"    rank {r['rank']}: " + (", ".join(f"{k} {r['reasons'][k]}" for k in order if r["reasons"].get(k))
+                                                     or "no pass logged"))
     lines.append("delay-run lengths (complete runs, all ranks; passes delayed -> runs):")
     lines += _bars(Counter({int(k): v for k, v in data["delay_run_lengths"].items()}))
     w = data["wait_seconds"]

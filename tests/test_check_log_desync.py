@@ -291,6 +291,9 @@ def test_a_rank_log_that_ends_before_its_peers_is_found_alone_and_in_the_merge(t
     (f,) = [f for f in whole["findings"] if f["property"] == "every-rank-logged"]
     assert f["ranks"] == [2] and says in f["message"] and "are not checked" in f["message"], f
     assert _verdict(whole, "every-rank-logged")["status"] == "violated"
+    if kept == 1:  # its line of decisions by reason says so; it was "rank 2: " and nothing
+        rc, out, _ = check_log(str(logs))
+        assert "    rank 2: no pass logged\n" in out, out
     rc, merged, _ = _over_two_nodes(tmp_path, logs, 4, lambda r: r // 2)
     assert rc == 1 and [g["message"] for g in merged["findings"] if g["property"] == "every-rank-logged"] == [f["message"]]
 
