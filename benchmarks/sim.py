@@ -14,18 +14,19 @@ This is not a test: timings on a shared machine vary.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from typing import Optional
 
 from . import at_least, parser, run_main, verdict
+from ..runtime.core import crosscheck_on
 from ..runtime.delayer import CROSSCHECK_ENV
 from ..sim.options import SIMULATED as PROFILES
 from ..sim.config import GATHERS, SimConfig, Variant
 from ..sim.engine import run_variant
 from ..sim.errors import SimInputError
 from ..spec.config import MAX_WORLD_SIZE
+from ..spec.errors import ConfigError
 from ..sim.workload import Lengths, LongPrompt, Poisson
 
 TARGET_S = 20.0
@@ -63,20 +64,24 @@ def main(argv: list[str] | None = None) -> int:
             Variant.of(name)
         except SimInputError as exc:
             p.error(f"--profile: {exc}")
-    return run_main(p.prog, lambda: _judged(p.prog, args, gathers))
+    try:
+        crosscheck = crosscheck_on()
+    except ConfigError as exc:
+        p.error(str(exc))
+    return run_main(p.prog, lambda: _judged(p.prog, args, gathers, crosscheck))
 
 
-def _judged(prog: str, args: argparse.Namespace, gathers: list[str]) -> int:
+def _judged(prog: str, args: argparse.Namespace, gathers: list[str], crosscheck: bool) -> int:
     """What only a run finds out (a profile that does not take this --dp-size): one line, exit 2."""
     try:
-        return _run(args, gathers)
+        return _run(args, gathers, crosscheck)
     except SimInputError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
 
 
-def _run(args: argparse.Namespace, gathers: list[str]) -> int:
-    if os.environ.get(CROSSCHECK_ENV):
+def _run(args: argparse.Namespace, gathers: list[str], crosscheck: bool) -> int:
+    if crosscheck:
         print(f"note: {CROSSCHECK_ENV} is set: every pass is also fired through the transitions machine (slower)")
     profiles = args.profile or list(PROFILES)
     worst = 0.0

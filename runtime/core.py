@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import os
 import time
 import types
 import weakref
@@ -43,10 +44,19 @@ from .decision_log import DecisionLog, open_decision_log
 from .envelope import PASS_MASK, Envelope, ensure_rows, envelope_positions
 from .errors import CollectiveError
 from .gather import GatherFn, describe
-from .server_args import get_bool_env_var
-
 # Fire every pass through the ``transitions`` machine too and compare (tests, debugging).
 CROSSCHECK_ENV = "PREFILL_DELAYER_CROSSCHECK"
+CROSSCHECK_ON, CROSSCHECK_OFF = ("1", "true"), ("", "0", "false")  # as SGLang's bool variables, case-insensitive
+
+
+def crosscheck_on() -> bool:
+    """Whether ``PREFILL_DELAYER_CROSSCHECK`` turns the cross-check on; a value it does not take (``yes``, ``2``) is a
+    ``ConfigError``, not the cross-check silently off."""
+    raw = os.environ.get(CROSSCHECK_ENV, "")
+    value = raw.strip().lower()
+    if value not in CROSSCHECK_ON + CROSSCHECK_OFF:
+        raise ConfigError(f"{CROSSCHECK_ENV}={raw!r}: expected 1 or true (on), or 0, false or unset (off)")
+    return value in CROSSCHECK_ON
 
 
 class PolicyCore:
@@ -110,7 +120,7 @@ class PolicyCore:
         make = functools.partial(CompiledStep, c, row_tail=row_tail, row_len=env.row_len)
         self._step = shared((c, row_tail, env.row_len), make) if shared is not None else make()
         self._finalizing = self._step.finalizing
-        self._shadow: Optional[DelayerMachine] = DelayerMachine(c, self._step.table) if get_bool_env_var(CROSSCHECK_ENV) else None
+        self._shadow: Optional[DelayerMachine] = DelayerMachine(c, self._step.table) if crosscheck_on() else None
         self._pure = Step(c, self._step.table)
         self._state = policy.init
         self._passes = 0

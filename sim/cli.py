@@ -16,6 +16,7 @@ import time
 from typing import Any, Iterable, Iterator, Optional, Sequence, TextIO
 
 from ..files import Outputs
+from ..runtime.core import crosscheck_on
 from ..runtime.decision_log import DECISION_LOG_ENV, options_from
 from ..spec.errors import ConfigError
 from .config import SimConfig, Variant
@@ -323,7 +324,7 @@ class ProgressBar:
 def main(args: argparse.Namespace, stdout: Optional[TextIO] = None, stderr: Optional[TextIO] = None) -> int:
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
-    problem = decision_log_problem()
+    problem = crosscheck_problem() or decision_log_problem()
     if problem is not None:
         raise SimInputError(problem)
     if getattr(args, "suite", None) is not None:
@@ -365,6 +366,15 @@ def main(args: argparse.Namespace, stdout: Optional[TextIO] = None, stderr: Opti
     stdout.write(report(results, s["wide"]) + "\n")
     check_logs_whole((r.variant.tracked_name, r.log_failures) for r in results)
     return 0
+
+
+def crosscheck_problem() -> Optional[str]:
+    """A ``PREFILL_DELAYER_CROSSCHECK`` value the runtime does not take, before any run (every rank would raise it)."""
+    try:
+        crosscheck_on()
+    except ConfigError as exc:
+        return str(exc)
+    return None
 
 
 def decision_log_problem() -> Optional[str]:

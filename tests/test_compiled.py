@@ -25,6 +25,7 @@ from delayer_spec import PassInput, gathered_view, guards, local_row
 from delayer_spec import MAX_COUNT, args_problems, input_problems
 from delayer_spec import build_table
 from prefill_delayer.spec.table import Table
+from prefill_delayer.spec.errors import ConfigError
 
 from fsm_sim import assert_same_decisions
 from guard_mutants import EQUIVALENT, mutants, patched
@@ -199,3 +200,20 @@ def test_the_compiled_step_follows_every_guard_mutant(monkeypatch: pytest.Monkey
         changed += sum(g != o for g, o in zip(got, original[c]))
     if (name, label, occurrence) not in EQUIVALENT:
         assert changed, f"no sampled pass tells {name} ({label} #{occurrence}) from the original"
+
+
+@pytest.mark.parametrize("value", ["yes", "on", "2", "enabled"])
+def test_a_cross_check_setting_it_does_not_take_is_refused_naming_the_variable(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    """Any value but the accepted ones used to leave the cross-check off without a word."""
+    monkeypatch.setenv("PREFILL_DELAYER_CROSSCHECK", value)
+    args = ServerArgs(enable_dp_attention=True, prefill_delayer_queue_min_ratio=0.29)
+    with pytest.raises(ConfigError, match=f"PREFILL_DELAYER_CROSSCHECK='{value}': expected 1 or true"):
+        PrefillDelayer(1, 1, None, args, 4, 0.5, gather=lambda row: [list(row)])
+
+
+@pytest.mark.parametrize(("value", "on"), [("1", True), ("TRUE", True), (" true ", True), ("0", False), ("false", False), ("", False)])
+def test_the_cross_check_settings_it_takes(monkeypatch: pytest.MonkeyPatch, value: str, on: bool) -> None:
+    monkeypatch.setenv("PREFILL_DELAYER_CROSSCHECK", value)
+    args = ServerArgs(enable_dp_attention=True, prefill_delayer_queue_min_ratio=0.29)
+    d = PrefillDelayer(1, 1, None, args, 4, 0.5, gather=lambda row: [list(row)])
+    assert (d.core._shadow is not None) is on

@@ -255,6 +255,18 @@ def test_a_bad_decision_log_option_is_one_line_before_any_run(tmp_path, monkeypa
     assert not logs.exists()  # no rank opened its log
 
 
+def test_a_cross_check_setting_it_does_not_take_is_one_line_before_any_run(monkeypatch, capsys):
+    monkeypatch.setenv("PREFILL_DELAYER_CROSSCHECK", "yes")
+    assert cli([*SMALL, "--profile", "hardened"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == ("prefill-delayer simulate: PREFILL_DELAYER_CROSSCHECK='yes': expected 1 or true (on), "
+                                 "or 0, false or unset (off)\n"), err
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(["--passes", "20", "--dp-size", "2", "--profile", "hardened"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1 and "PREFILL_DELAYER_CROSSCHECK='yes'" in err, err
+
+
 @pytest.mark.parametrize("where, message", [
     ("a-file", "a-file is a file; expected a folder"),
     ("a-file/logs", "is inside"),
