@@ -29,9 +29,14 @@ def check_logs(paths: list[str], *, own_profile: bool = False, traces: Optional[
         from .digest import DigestWriter
 
         writer = DigestWriter(digest)
-    report, empty, timelines = check_stream(paths, own_profile=own_profile, exact=exact,
-                                            sample=DEFAULT_SAMPLE if sample is None else sample, jobs=jobs, plot=plot,
-                                            progress=progress, keep=writer.add if writer is not None else None)
+    try:
+        report, empty, timelines = check_stream(paths, own_profile=own_profile, exact=exact,
+                                                sample=DEFAULT_SAMPLE if sample is None else sample, jobs=jobs,
+                                                plot=plot, progress=progress, keep=writer.add if writer is not None else None)
+    except BaseException:
+        if writer is not None:
+            writer.discard()
+        raise
     report.timelines = timelines
     data = summary_data(report, empty)
     if writer is not None:

@@ -84,8 +84,16 @@ class DigestWriter:
     def __init__(self, path: str) -> None:
         self.path = Path(path)
         self.tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        self.zip = zipfile.ZipFile(self.tmp, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1)
+        try:
+            self.zip = zipfile.ZipFile(self.tmp, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1)
+        except OSError as exc:  # named as the caller named it, not as the temporary beside it
+            raise LogError(f"{path}: cannot write the digest there: {exc.strerror or exc}") from None
         self.chunks: dict[int, list[dict[str, Any]]] = {}
+
+    def discard(self) -> None:
+        """The check failed: no digest, and no temporary left beside where it would have gone."""
+        self.zip.close()
+        self.tmp.unlink(missing_ok=True)
 
     def _array(self, name: str, a: np.ndarray) -> None:
         buf = io.BytesIO()
@@ -126,8 +134,7 @@ class DigestWriter:
             self.zip.close()
             os.replace(self.tmp, self.path)
         except BaseException:
-            self.zip.close()
-            self.tmp.unlink(missing_ok=True)
+            self.discard()
             raise
 
 
@@ -140,6 +147,9 @@ def node_digest(paths: list[str], out: str, **options: Any) -> dict[str, Any]:
     """
     from . import check_logs
 
+    if isinstance(paths, (str, os.PathLike)):  # a str is a sequence too: its characters were read as paths
+        raise TypeError(f"paths: a list of this node's log files or folders, got {type(paths).__name__} {str(paths)!r}: "
+                        f"pass [{str(paths)!r}]")
     _, data, _ = check_logs(paths, digest=out, **options)
     return data
 

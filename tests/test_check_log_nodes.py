@@ -129,6 +129,24 @@ def test_node_digest_the_plain_function_is_the_node_step(logs: Path, tmp_path: P
     assert (tmp_path / "n.digest").is_file()
 
 
+def test_node_digest_misuse_is_a_clear_error_and_leaves_nothing(logs: Path, tmp_path: Path) -> None:
+    """A str for ``paths`` walked its characters ('/: no decision logs in this folder'); an output in a missing
+    folder raised FileNotFoundError naming the temporary; a failed check left that temporary behind."""
+    from prefill_delayer.conformance.digest import node_digest
+    from prefill_delayer.conformance.logread import LogError
+
+    with pytest.raises(TypeError, match=r"paths: a list of this node's log files or folders, got str .*: pass \["):
+        node_digest(str(logs), str(tmp_path / "n.digest"))
+    missing = tmp_path / "no" / "n.digest"
+    with pytest.raises(LogError, match=f"^{missing}: cannot write the digest there: No such file or directory$"):
+        node_digest([str(logs)], str(missing))
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(LogError):
+        node_digest([str(tmp_path / "nothing-here")], str(out / "n.digest"))
+    assert list(out.iterdir()) == []
+
+
 # ----- each step's files, given to the other step --------------------------------------------------
 
 
