@@ -83,6 +83,19 @@ def test_plugin_does_nothing_without_the_variable(env: dict[str, str]) -> None:
     assert "prefill_delayer" in done.stderr  # the entry point was found and run, and chose to do nothing
 
 
+@pytest.mark.parametrize("env", [{"PREFILL_DELAYER_PARAMS": "quorum_percent=75"},
+                                 {"PREFILL_DELAYER_PROFILE": "", "PREFILL_DELAYER_PARAMS": "quorum_percent=75"}])
+def test_params_without_a_profile_stops_the_process_saying_it_needs_one(env: dict[str, str]) -> None:
+    """The parameters are a profile's: without PREFILL_DELAYER_PROFILE they used to be dropped without a word, and
+    SGLang's own delayer ran."""
+    done = run_python(_LOAD, env)
+    assert done.returncode == 1 and done.stdout == "", done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == ("prefill-delayer: PREFILL_DELAYER_PARAMS='quorum_percent=75' needs PREFILL_DELAYER_PROFILE, the profile "
+                    "whose parameters they are (unset PREFILL_DELAYER_PARAMS for SGLang's own delayer)"), done.stderr
+    assert "Traceback" not in done.stderr and "Failed to execute general plugin" not in done.stderr
+
+
 @pytest.mark.parametrize("setting, says", [
     ("nonsense", "unknown profile 'nonsense': expected one of seed, sglang-0.5.17, sglang-0.5.19, sglang-0.5.22, hardened"),
     ("sglang-0.5.13", "unknown profile 'sglang-0.5.13'"),

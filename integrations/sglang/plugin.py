@@ -17,7 +17,8 @@ configuration holds a refused chunk (``aligned``'s ``chunk_hold_tokens``) gets t
 chunk's reading and the hold as one AROUND hook instead (``chunk_hold``).
 ``PREFILL_DELAYER_PARAMS`` (``NAME=VALUE[,NAME=VALUE]``) sets the profile's
 parameters that SGLang keeps nowhere (``aligned``'s ``quorum_percent``, say),
-checked at start-up; the line names them.
+checked at start-up; the line names them. Set without ``PREFILL_DELAYER_PROFILE``
+it stops the process: there is no profile for them to be parameters of.
 
 A bad value must stop the server, never leave SGLang's own delayer running:
 ``load_plugins`` logs and swallows any ``Exception`` a plugin raises, so
@@ -175,9 +176,14 @@ def _readings(choice: Choice, scheduler_process: bool) -> tuple:
 
 
 def register() -> None:
-    """The entry point: REPLACE SGLang's two classes when ``PREFILL_DELAYER_PROFILE`` is set; else nothing."""
+    """The entry point: REPLACE SGLang's two classes when ``PREFILL_DELAYER_PROFILE`` is set; else nothing (but stop
+    when ``PREFILL_DELAYER_PARAMS`` is set without it)."""
     setting = os.environ.get(PROFILE_ENV, "")
     if setting == "":
+        params = os.environ.get(PARAMS_ENV, "")
+        if params.strip():  # a profile's parameters, and no profile: dropping them would leave SGLang's delayer running
+            raise SystemExit(f"prefill-delayer: {PARAMS_ENV}={params!r} needs {PROFILE_ENV}, the profile whose parameters "
+                             f"they are (unset {PARAMS_ENV} for SGLang's own delayer)")
         return
     try:
         choice = resolve(setting, parse_params(os.environ.get(PARAMS_ENV, "")))
