@@ -87,6 +87,39 @@ def test_environment_variable_writes_one_file_per_rank(tmp_path: Path, monkeypat
         assert passes[0]["digest"] == read_lines(folder / f"rank{1 - rank}.jsonl")[1]["digest"]  # the same gathered table
 
 
+@pytest.mark.parametrize("where, named", [("a-file", "a-file"), ("a-file/logs", "a-file")])
+def test_a_decision_log_folder_that_is_a_file_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      caplog: pytest.LogCaptureFixture, where: str, named: str) -> None:
+    """PREFILL_DELAYER_DECISION_LOG names a folder: a file there used to read 'cannot open it: FileExistsError: [Errno 17]
+    File exists'. The passes go on without the log, as for any log that cannot be opened."""
+    (tmp_path / "a-file").write_text("kept\n")
+    monkeypatch.setenv(DECISION_LOG_ENV, str(tmp_path / where))
+    with caplog.at_level(logging.ERROR):
+        d = _delayer(1, lambda row: [list(row)])
+    d.negotiate(True, 0.9)
+    d.close()
+    log = d.decision_log
+    assert log is not None and log.failure is not None
+    assert f"{tmp_path / named} is a file; expected a folder" in log.failure and "File exists" not in log.failure, log.failure
+    assert f"{tmp_path / named} is a file; expected a folder" in caplog.text
+    assert (tmp_path / "a-file").read_text() == "kept\n"
+
+
+@pytest.mark.parametrize("name", ["dl.txt", "dl.log", "dl.json"])
+def test_a_new_path_with_another_suffix_than_jsonl_is_refused_not_made_a_folder(tmp_path: Path, name: str) -> None:
+    """``decision_log="x/dl.txt"``: a file or a folder? It used to become a folder named dl.txt without a word."""
+    with pytest.raises(ConfigError, match=rf"decision_log={str(tmp_path / 'x' / name)!r}: .*\.jsonl"):
+        _delayer(1, lambda row: [list(row)], decision_log=tmp_path / "x" / name)
+    assert list(tmp_path.iterdir()) == []  # nothing made
+    (tmp_path / name).mkdir()  # an existing folder of that name is a folder, as any existing folder
+    d = _delayer(1, lambda row: [list(row)], decision_log=tmp_path / name)
+    d.close()
+    assert (tmp_path / name / "rank0.jsonl").is_file()
+    d = _delayer(1, lambda row: [list(row)], decision_log=DecisionLogOptions(tmp_path / "y" / name, folder=True))
+    d.close()
+    assert (tmp_path / "y" / name / "rank0.jsonl").is_file()  # said to be a folder: one
+
+
 def test_keyword_path_folder_and_writable_file(tmp_path: Path) -> None:
     path = tmp_path / "one.jsonl"
     d = _delayer(1, lambda row: [list(row)], decision_log=str(path))
