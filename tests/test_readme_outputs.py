@@ -64,3 +64,13 @@ def test_the_readmes_spec_hash_is_this_specs() -> None:
     shown = set(re.findall(r"\bspec ([0-9a-f]{16})\b", text))
     assert shown, "the README shows the plugin's line with its spec hash"
     assert shown == {spec_hash()}, f"the README shows spec {sorted(shown)}; this spec is {spec_hash()}"
+
+
+def test_the_layout_table_names_every_benchmark() -> None:
+    """The Layout row of ``benchmarks/`` lists the modules there, no more, no fewer (it left out runtime_instructions)."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    row = next(line for line in text.splitlines() if line.startswith("| `benchmarks/` |"))
+    listed = re.search(r"prefill_delayer\.benchmarks\.\{([^}]*)\}", row)
+    assert listed is not None, row
+    there = {p.stem for p in (REPO / "benchmarks").glob("*.py") if p.stem != "__init__"}
+    assert set(listed.group(1).split(",")) == there, row
