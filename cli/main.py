@@ -22,7 +22,7 @@ import os
 import select
 import sys
 from dataclasses import dataclass
-from typing import Any, NoReturn, Optional, Sequence
+from typing import IO, Any, NoReturn, Optional, Sequence
 
 INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
 READER_GONE = 141  # 128 + SIGPIPE, what a shell reports for a filter whose reader closed the pipe (`| head`)
@@ -72,6 +72,21 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message}; see {self.prog} --help\n")
 
+    def _print_message(self, message: str, file: Optional[IO[str]] = None) -> None:
+        """argparse's (``--help``, ``--version``, a usage error), flushed, and a reader gone (``--help | head``) ends the
+        command quietly with 141 as any output of it does (argparse's own swallows the error: exit 0 having printed
+        nothing, or Python's 'Exception ignored ... BrokenPipeError' and 120)."""
+        stream = file or sys.stderr
+        if not message or stream is None:
+            return
+        try:
+            stream.write(message)
+            stream.flush()
+        except BrokenPipeError:
+            if _reader_gone():
+                raise SystemExit(READER_GONE) from None
+            raise
+
 
 class _Version(argparse.Action):
     """``--version``: the package's version and the hash of the spec its decisions come from (read only when asked)."""
@@ -88,7 +103,7 @@ class _Version(argparse.Action):
             ours = version("prefill-delayer")
         except PackageNotFoundError:
             ours = "(not installed)"
-        sys.stdout.write(f"prefill-delayer {ours}, spec {spec_hash()}\n")
+        parser._print_message(f"prefill-delayer {ours}, spec {spec_hash()}\n", sys.stdout)
         parser.exit(0)
 
 
@@ -141,25 +156,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Exit 2 with one line on stderr for any bad input; 130, with one line, on Ctrl-C."""
     name = "prefill-delayer"
     try:
-        args = _parse(build_parser(), argv)
+        args = _parse(build_parser(), argv)  # argparse's own output (--help, --version, a usage error): Parser's
         name = f"prefill-delayer {args.command}"
         module = _module(next(c for c in SUBCOMMANDS if c.name == args.command))
         problem = module.options_problem(args)
         if problem is not None:
             print(f"{name}: {problem}", file=sys.stderr)
             return 2
-        try:
-            code = int(module.main(args))
-            sys.stdout.flush()  # here, not at the interpreter's exit, where a closed pipe is a second error
-            return code
-        except BrokenPipeError as exc:
-            if _reader_gone():  # `| head`: the reader has what it wanted, as with any Unix filter
-                return READER_GONE
-            print(f"{name}: {exc}", file=sys.stderr)
-            return 2
-        except OSError as exc:  # e.g. the disk filled up while writing the report: say so, no traceback
-            print(f"{name}: {exc}", file=sys.stderr)
-            return 2
+        code = int(module.main(args))
+        sys.stdout.flush()  # here, not at the interpreter's exit, where a closed pipe is a second error
+        return code
+    except BrokenPipeError as exc:
+        if _reader_gone():  # `| head`: the reader has what it wanted, as with any Unix filter
+            return READER_GONE
+        print(f"{name}: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # e.g. the disk filled up while writing the report: say so, no traceback
+        print(f"{name}: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return interrupted(name)
 

@@ -414,3 +414,38 @@ def test_a_reader_that_closes_the_pipe_ends_the_command_quietly_with_141(argv: l
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141, err
     assert err == ""
+
+
+def _closed_pipe_run(argv: list[str], stream: str, buffered: bool) -> tuple[int, str]:
+    """Run the CLI with ``stream`` (stdout or stderr) a pipe whose reader closed it before the command started, so that
+    its first write finds the reader gone (no race with the command's start-up); the other stream is captured."""
+    import os
+
+    read, write = os.pipe()
+    os.close(read)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if not buffered:
+        env["PYTHONUNBUFFERED"] = "1"  # the write itself fails, not the flush after it
+    other = "stderr" if stream == "stdout" else "stdout"
+    try:
+        proc = subprocess.run([sys.executable, "-m", "prefill_delayer.cli", *argv], env=env, timeout=120,
+                              **{stream: write, other: subprocess.PIPE})
+    finally:
+        os.close(write)
+    return proc.returncode, getattr(proc, other).decode()
+
+
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], *([name, "--help"] for name in
+                                  ("prove", "replay", "docs", "simulate", "check-log"))], ids=" ".join)
+def test_version_and_help_to_a_closed_pipe_end_quietly_with_141(argv: list[str], buffered: bool) -> None:
+    """`prefill-delayer --version | true` printed a BrokenPipeError traceback and exited 1 (the version is printed while
+    the options are parsed, outside the command's handler); `--help | head -c 0` exited 0 having printed nothing, or
+    120 with Python's 'Exception ignored ... BrokenPipeError'. Now each ends as any command's output does: 141, quiet."""
+    assert _closed_pipe_run(argv, "stdout", buffered) == (141, "")
+
+
+@pytest.mark.parametrize("argv", [["prove", "--bogus"], ["prove", "--dp-size", "0"], []], ids=" ".join)
+def test_a_usage_error_or_bad_option_to_a_closed_stderr_ends_quietly_with_141(argv: list[str]) -> None:
+    """The one line on stderr is an output too: with its reader gone (`2>&1 | head -c 0`), 141, not a traceback."""
+    assert _closed_pipe_run(argv, "stderr", True) == (141, "")
