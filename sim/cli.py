@@ -90,6 +90,7 @@ def build(args: argparse.Namespace) -> tuple[SimConfig, list[Variant], Workload,
         raise SimInputError(f"--warmup {warmup:g} must be shorter than --duration {duration:g}: the tables measure the "
                             "simulated time after the warm-up, and none would be left")
     config = _config(s)
+    _probes_within_capacity(config)
     workload = _workload(s, given, config)
     tracker = s["tracker"]
 
@@ -247,17 +248,29 @@ def max_rate(config: SimConfig) -> float:
     """The most requests per second a run takes: every rank's running slots filled in each shortest pass. Past it a
     run never ends its passes (each pass admits a flood of arrivals) and its queues grow without bound; no
     comparison is read from it."""
-    return running_slots(config) / config.cost.floor_s
+    return running_slots(config) / config.cost.shortest_forward_s()
 
 
 def _rate_within_capacity(rate: Any, config: SimConfig) -> None:
     if rate is None or isinstance(rate, bool) or not isinstance(rate, (int, float)):
         return
     if rate > max_rate(config):
+        shortest = config.cost.shortest_forward_s()
         raise SimInputError(
-            f"--rate {rate:g}: {rate * config.cost.floor_s:,.0f} requests would arrive in one {config.cost.floor_s:g} s pass, "
+            f"--rate {rate:g}: {rate * shortest:,.0f} requests would arrive in one {shortest:g} s pass, "
             f"more than the {running_slots(config)} requests all {config.dp_size} ranks run at "
             f"once; at most {max_rate(config):,.0f} req/s here")
+
+
+def _probes_within_capacity(config: SimConfig) -> None:
+    """GET /health's probes are requests too: more of them per pass than the ranks run at once floods the queues
+    without bound (an interval of 1e-9 s took every byte of memory)."""
+    interval = config.health_check_interval_s
+    if interval is not None and 1.0 / interval > max_rate(config):
+        raise SimInputError(
+            f"--health-check-interval {interval:g}: {config.cost.shortest_forward_s() / interval:,.0f} probes would "
+            f"arrive in one {config.cost.shortest_forward_s():g} s pass, more than the {running_slots(config)} "
+            f"requests all {config.dp_size} ranks run at once; at least {1.0 / max_rate(config):.3g} s here")
 
 
 def _concurrency_within_memory(concurrency: int, config: SimConfig) -> None:

@@ -88,6 +88,10 @@ class CostModel:
         t = attn + self.moe_token_s * tokens
         return t if t > self.floor_s else self.floor_s
 
+    def shortest_forward_s(self) -> float:
+        """The shortest pass with a forward (one token's, or the floor): how often a scheduler can admit at most."""
+        return min(t for t in (self.pass_seconds([(1, 0)]), self.pass_seconds([(0, 1)])) if t > 0)
+
     def with_(self, **changes: Any) -> "CostModel":
         return replace(self, **changes)
 
