@@ -242,8 +242,9 @@ def _pct(x: Optional[float]) -> str:
 
 
 Line = tuple[Case, Optional[Row]]  # a row of the results table: the workload's bound (no Row), or one policy's run
-_OF_BOUND = ("the figure to its left as a fraction of the bound's: input tok/s over the bound's, the bound's TTFT over "
-             "the policy's (100% is the limit)")
+_OF_BOUND = ("the figure to its left as a fraction of the run's own bound, the limit over that run's measured window "
+             "(the decode it did there, and what had arrived less what it prefilled before the window): input tok/s "
+             "over the bound's, the bound's TTFT over the policy's (100% is the limit)")
 
 
 def _of_bound(k: int) -> Column[Line]:
@@ -268,7 +269,8 @@ WORKLOAD_COLUMNS: tuple[Column[Case], ...] = (
 )
 RESULT_COLUMNS: tuple[Column[Line], ...] = (
     Column("workload", WORKLOAD_COLUMNS[0].meaning, lambda x: x[0].spec.name, align="---"),
-    Column("policy", "the profile run (off: no delayer); **bound**: the workload's limit, no policy reaches past it",
+    Column("policy", "the profile run (off: no delayer); **bound**: the workload's steady-state limit with no backlog "
+           "(a run's own bound, which its of-bound cells divide by, differs with a short window or a warm-up backlog)",
            lambda x: "**bound**" if x[1] is None else x[1].policy, align="---"),
     Column("input tok/s", "prompt tokens prefilled per simulated second over the measured window",
            lambda x: _tok(x[0].bound.input_tok_s if x[1] is None else x[1].input_tok_s)),

@@ -484,3 +484,15 @@ def test_a_run_that_fails_in_a_worker_is_one_line_and_leaves_no_worker(capsys):
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and "inside its" in err and "warm-up: give more --passes" in err, err
     assert multiprocessing.active_children() == []
+
+
+def test_the_legend_the_suite_prints_is_the_one_the_docs_quote():
+    """The docs' copy of the legend said 'the run's own bound' while the command still printed 'the bound's' and
+    'no policy reaches past it' under a bound row a run can pass (a short window, a warm-up backlog)."""
+    from pathlib import Path
+
+    from prefill_delayer.sim.suite_run import RESULT_COLUMNS
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "simulation.md").read_text()
+    for column in RESULT_COLUMNS:
+        assert f"- {column.heading}: {column.meaning}" in docs, column.heading
