@@ -493,6 +493,11 @@ def main(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     s, given = settings(args)
     name = s["suite"]
     if name == LIST:
+        extra = sorted((given - {"suite", "progress"}) | ({"profile"} if getattr(args, "profile", None) else set()))
+        if extra:
+            flags = ", ".join("--" + k.replace("_", "-") for k in extra)
+            raise SimInputError(f"--suite list lists the suites' workloads and runs nothing: {flags} "
+                                f"{'does' if len(extra) == 1 else 'do'} not apply")
         stdout.write(listing() + "\n")
         return 0
     if name not in SUITES:

@@ -199,6 +199,11 @@ def test_suite_list(capsys):
     assert cli(["simulate", "--suite", "list"]) == 0
     out = capsys.readouterr().out
     assert "default (" in out and all(w.name in out for w in DEFAULT)
+    # it runs nothing, so options of a run are refused (they were dropped: exit 0 and no --json written)
+    assert cli(["simulate", "--suite", "list", "--json", "x.json", "--seeds", "0-3", "--profile", "aligned"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("prefill-delayer simulate: --suite list lists the suites' workloads and runs nothing: --json, "
+                   "--profile, --seeds do not apply\n")
 
 
 @pytest.mark.parametrize("argv, message", [
