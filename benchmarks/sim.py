@@ -22,10 +22,10 @@ from . import at_least, parser, run_main, verdict
 from ..runtime.core import crosscheck_on
 from ..runtime.delayer import CROSSCHECK_ENV
 from ..sim.options import SIMULATED as PROFILES
+from ..sim.cli import MAX_DP_SIZE
 from ..sim.config import GATHERS, SimConfig, Variant
 from ..sim.engine import run_variant
 from ..sim.errors import SimInputError
-from ..spec.config import MAX_WORLD_SIZE
 from ..spec.errors import ConfigError
 from ..sim.workload import Lengths, LongPrompt, Poisson
 
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     """Exit 2 with one line naming a bad option or profile; 130 on Ctrl-C, 143 on SIGTERM."""
     p = parser("sim", __doc__)
     p.add_argument("--passes", type=at_least(1), default=TARGET_PASSES)
-    p.add_argument("--dp-size", type=at_least(1, high=MAX_WORLD_SIZE), default=8)
+    p.add_argument("--dp-size", type=at_least(1, high=MAX_DP_SIZE), default=8)  # simulate's own limit
     p.add_argument("--gather", default=",".join(GATHERS), help="comma list of: " + ", ".join(GATHERS))
     p.add_argument("--profile", action="append", help="default: every profile")
     args = p.parse_args(argv)

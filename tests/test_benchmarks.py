@@ -105,8 +105,13 @@ BAD_OPTIONS = [
     ("decision_log", ["--exact-records", "15"], "argument --exact-records: expected an integer >= 16"),
     ("decision_log", ["--jobs", "0"], "argument --jobs: expected an integer >= 1, got '0'"),
     ("sim", ["--passes", "0"], "argument --passes: expected an integer >= 1, got '0'"),
-    ("sim", ["--dp-size", "100000"], "argument --dp-size: expected an integer in [1, 65536], got '100000'"),
+    # simulate's own cap (sim.cli.MAX_DP_SIZE), not the spec's 65,536 (--dp-size 1000 ran, one pass taking seconds)
+    ("sim", ["--dp-size", "1000"], "argument --dp-size: expected an integer in [1, 256], got '1000'"),
+    ("sim", ["--dp-size", "257"], "argument --dp-size: expected an integer in [1, 256], got '257'"),
     ("sim", ["--profile", "nope"], "--profile: unknown profile 'nope'"),
+    ("sim", ["--gather", ""], "--gather takes a comma list of lockstep, threads, got ''"),  # measured nothing, 'every target met'
+    ("sim", ["--gather", ","], "--gather takes a comma list of lockstep, threads, got ','"),
+    ("sim", ["--gather", "lockstep,x"], "--gather takes a comma list of lockstep, threads, got 'lockstep,x'"),
     ("sglang_shell", ["--world", "0"], "argument --world: expected an integer >= 1, got '0'"),
     ("sglang_shell", ["--passes", "-1"], "argument --passes: expected an integer >= 1, got '-1'"),
     ("sglang_shell", ["--rounds", "0"], "argument --rounds: expected an integer >= 1, got '0'"),
@@ -116,11 +121,17 @@ BAD_OPTIONS = [
 
 @pytest.mark.parametrize(("module", "argv", "fragment"), BAD_OPTIONS, ids=[f"{m} {' '.join(a)}" for m, a, _ in BAD_OPTIONS])
 def test_a_bad_option_is_one_line_naming_it_and_exit_2(module: str, argv: list[str], fragment: str,
-                                                       capsys: pytest.CaptureFixture) -> None:
+                                                       capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     """Exit 1 means a missed target: a bad option is refused before any work, as the CLI refuses one."""
     import importlib
 
     bench = importlib.import_module(f"prefill_delayer.benchmarks.{module}")
+
+    def ran(prog: str, body: object) -> int:
+        raise AssertionError(f"{module} {argv} was accepted and ran")  # not the minutes a full run takes to fail
+
+    for owner in (benchmarks, bench):
+        monkeypatch.setattr(owner, "run_main", ran, raising=False)
     with pytest.raises(SystemExit) as exit_:
         bench.main(argv)
     err = capsys.readouterr().err
