@@ -107,11 +107,10 @@ class DecisionLogOptions:
     """Where and how to log.
 
     ``target``: a path ending in ``.jsonl`` (or an existing file) is the log file;
-    an existing folder, a path without a suffix, or any path with ``folder=True`` is a
-    folder, created if missing, holding ``rank{global_rank}.jsonl`` (so ranks sharing
-    one setting never share one file); or a writable text file object (written to and
-    flushed, never rotated or closed here). A new path with another suffix
-    (``dl.txt``) is refused: a file or a folder, it cannot tell. Rotated files
+    any other path is a folder, created if missing, holding ``rank{global_rank}.jsonl``
+    (so ranks sharing one setting never share one file; a folder's name may hold dots,
+    ``logs-sglang-0.5.17``); or a writable text file object (written to and flushed,
+    never rotated or closed here). Rotated files
     are ``NAME.1`` (newest) to ``NAME.{backup_count}``.
     """
 
@@ -140,15 +139,6 @@ class DecisionLogOptions:
             raise ConfigError(f"decision_log must be a path, a folder or a writable text file, got {t!r}")
         if isinstance(t, (str, os.PathLike)) and not os.fspath(t):
             raise ConfigError("decision_log: empty path")
-        if isinstance(t, (str, os.PathLike)) and self.ambiguous(Path(t)):
-            raise ConfigError(f"decision_log={os.fspath(t)!r}: neither a log file (its name would end in .jsonl) nor "
-                              "clearly a folder (a new one is named without a suffix); make the folder first, or pass "
-                              "DecisionLogOptions(PATH, folder=True)")
-
-    def ambiguous(self, path: Path) -> bool:
-        """A new path with a suffix other than ``.jsonl`` (``dl.txt``): made a folder, it would surprise whoever meant
-        a file."""
-        return not self.folder and path.suffix not in ("", ".jsonl") and not path.exists()
 
 
 def _env_int(name: str, default: int, scale: int = 1) -> int:

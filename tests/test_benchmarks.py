@@ -149,6 +149,7 @@ def test_ctrl_c_is_one_line_exit_130_and_the_temporary_folder_goes(monkeypatch: 
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setattr(decision_log, "write_group_day", interrupted)
+    monkeypatch.setenv("PREFILL_DELAYER_CROSSCHECK", "1")  # the benchmark unsets it; it comes back after the test
     try:
         code = decision_log.main(["--passes", "20", "--rounds", "1", "--records", "32"])
     except KeyboardInterrupt:
