@@ -87,14 +87,12 @@ def _nothing_to_check(report: Any, data: dict[str, Any]) -> Optional[str]:
         return None
     files = [f for r in ranks for f in r["files"]]
     failed = sum(sum(r["failed"].values()) for r in ranks)
-    heads = "a header" if len(files) == 1 else "headers"
+    held = f"nothing to check: no pass is logged in {', '.join(files)}, only {'a header' if len(files) == 1 else 'headers'}"
     if not failed:
-        return f"nothing to check: no pass is logged in {', '.join(files)}, only {heads} (the delayer ran no pass while it logged)"
-    first = min(((f, log) for s in report.sessions for log in s.logs for f in log.fails), key=lambda x: (x[0].number, x[1].rank))
-    fail, log = first
-    return (f"nothing to check: no pass is logged in {', '.join(files)}, only {heads} and {failed} failed "
-            f"pass{'es' * (failed != 1)}: every pass the delayer ran failed; the first, rank {log.rank}'s pass "
-            f"{fail.number}: {fail.error}: {fail.message}  [{log.where(fail.fi, fail.line)}]")
+        return f"{held} (the delayer ran no pass while it logged)"
+    fail, log = min(((f, log) for s in report.sessions for log in s.logs for f in log.fails), key=lambda x: (x[0].number, x[1].rank))
+    return (f"{held} and {failed} failed pass{'es' * (failed != 1)}: every pass the delayer ran failed; the first, rank "
+            f"{log.rank}'s pass {fail.number}: {fail.error}: {fail.message}  [{log.where(fail.fi, fail.line)}]")
 
 
 def _progress() -> Any:

@@ -41,7 +41,7 @@ from ..spec.config import Config
 from ..spec.schema import KIND_HEADER, MODE_COMPACT
 from .checks import Finding, LogStats, Report, Session, divergence_is_no_known_defect
 from .desync import REFUSED
-from .logread import DIGEST_TOOL, FailRec, LogError, RankLog
+from .logread import DIGEST_TOOL, ZIP_MAGIC, FailRec, LogError, RankLog
 from .stream import CHUNK_RECORDS, MIN_CHUNK_PASSES, ChunkOut, CrossCols, Stitcher, _model, cross_check
 
 # 2: the fail records with their place and, for refused collectives, their message; the stamp as an offset
@@ -171,7 +171,7 @@ def _cut_digest(path: str) -> Optional[str]:
             size = os.fstat(f.fileno()).st_size
     except OSError:
         return None
-    if head[:4] != b"PK\x03\x04" or len(head) < 30:
+    if head[:4] != ZIP_MAGIC or len(head) < 30:
         return None
     name = head[30:30 + int.from_bytes(head[26:28], "little")]
     if name != b"meta.json" and not (name[:1] == b"s" and name[1:].split(b"/")[0].isdigit() and b"/" in name):

@@ -454,14 +454,14 @@ def other_document(o: Any, name: str) -> Optional[str]:
 
 # The "tool" of a digest's meta.json (``conformance.digest``), and how every zip archive starts.
 DIGEST_TOOL = "prefill-delayer check-log digest"
-_ZIP_MAGIC = b"PK\x03\x04"
+ZIP_MAGIC = b"PK\x03\x04"
 
 
 def digest_file(path: Path, name: str) -> Optional[str]:
     """What a check-log digest given as a log is, or None (any other file, a damaged digest included)."""
     try:
         with open(path, "rb") as f:
-            if f.read(4) != _ZIP_MAGIC:
+            if f.read(4) != ZIP_MAGIC:
                 return None
         with zipfile.ZipFile(path) as z:
             meta = json.loads(z.read("meta.json"))

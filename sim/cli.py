@@ -266,11 +266,13 @@ def _probes_within_capacity(config: SimConfig) -> None:
     """GET /health's probes are requests too: more of them per pass than the ranks run at once floods the queues
     without bound (an interval of 1e-9 s took every byte of memory)."""
     interval = config.health_check_interval_s
-    if interval is not None and 1.0 / interval > max_rate(config):
+    most = max_rate(config)
+    if interval is not None and 1.0 / interval > most:
+        shortest = config.cost.shortest_forward_s()
         raise SimInputError(
-            f"--health-check-interval {interval:g}: {config.cost.shortest_forward_s() / interval:,.0f} probes would "
-            f"arrive in one {config.cost.shortest_forward_s():g} s pass, more than the {running_slots(config)} "
-            f"requests all {config.dp_size} ranks run at once; at least {1.0 / max_rate(config):.3g} s here")
+            f"--health-check-interval {interval:g}: {shortest / interval:,.0f} probes would arrive in one {shortest:g} s "
+            f"pass, more than the {running_slots(config)} requests all {config.dp_size} ranks run at once; at least "
+            f"{1.0 / most:.3g} s here")
 
 
 def _concurrency_within_memory(concurrency: int, config: SimConfig) -> None:
