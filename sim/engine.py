@@ -291,7 +291,11 @@ def _loop(config: SimConfig, variant: Variant, group, source, clock_now, result:
                     requests.append(req)
         if group.idle():
             t = min(source.next_arrival(), probes.next_s)
-            if t == math.inf or t >= duration:
+            if t == math.inf:  # nothing left to arrive or serve: a trace run out
+                result.drained_s = now
+                break
+            if t >= duration:  # idle until --duration, which ends the window as it ends every profile's
+                now = duration
                 break
             now = t
             ran = False
@@ -361,7 +365,7 @@ def same_window(config: SimConfig, variants: Sequence[Variant], workload: Worklo
     """
     capped = [r.end_s for r in results if r.capped]
     if not capped:
-        return results
+        return _idle_to(max(r.end_s for r in results), results)
     horizon = min(capped)
     if horizon <= config.warmup_s:
         first = next(r for r in results if r.capped and r.end_s == horizon)
@@ -369,7 +373,18 @@ def same_window(config: SimConfig, variants: Sequence[Variant], workload: Worklo
             f"--passes {config.passes} ends profile {first.variant.label} at {horizon:.1f} simulated s, inside the "
             f"{config.warmup_s:g} s --warmup: nothing would be measured; raise --passes or shorten --warmup")
     again = replace(config, passes=sys.maxsize, duration_s=horizon)
-    return [run_variant(again, v, workload, progress) if r.end_s > horizon else r for v, r in zip(variants, results)]
+    return _idle_to(horizon, [run_variant(again, v, workload, progress) if r.end_s > horizon else r
+                              for v, r in zip(variants, results)])
+
+
+def _idle_to(horizon: float, results: list[RunResult]) -> list[RunResult]:
+    """A run that served everything before ``horizon`` (a trace run out) sits idle to it: each profile is then
+    measured over the same seconds, so the same tokens give the same tok/s, not more for the one that finished
+    first (its finish is ``drained_s``, which the header reports)."""
+    for r in results:
+        if r.drained_s is not None and r.end_s < horizon:
+            r.finish(horizon, r.requests)
+    return results
 
 
 __all__ = ["check_fits", "run_variant", "simulate"]

@@ -32,13 +32,19 @@ def _drawn(workload: Any, c: Any) -> str:
 
 
 def _ended_early(results: Sequence[RunResult]) -> str:
-    """A run that stopped before ``--duration`` with no pass cap reached: nothing was left to arrive or serve (a
-    trace that ran out), which the measured seconds alone do not say."""
-    duration = results[0].config.duration_s
-    end = max(r.end_s for r in results)
-    if duration is None or not math.isfinite(duration) or any(r.capped for r in results) or end >= duration * 0.999:
+    """When the runs stopped with nothing left to arrive or serve (a trace that ran out), before ``--duration`` or
+    with none: when each profile had served everything, which the measured seconds alone do not say. The
+    window is the same for every profile (``engine.same_window``: one that finished first sits idle to the
+    last one's end), so this is where a faster profile shows on a trace."""
+    drained = [r for r in results if r.drained_s is not None]
+    if not drained or any(r.capped for r in results):
         return ""
-    return f" (every request had arrived and been served by {end:.1f} s, before --duration {duration:g})"
+    duration = results[0].config.duration_s
+    before = f", before --duration {duration:g}" if duration is not None and math.isfinite(duration) else ""
+    if len(results) == 1:
+        return f" (every request had arrived and been served by {drained[0].end_s:.1f} s{before})"
+    when = ", ".join(f"{r.variant.label} {r.drained_s:.1f} s" for r in drained)
+    return f" (every request had arrived and been served{before}: {when}; each profile measured to the last)"
 
 
 def header(results: Sequence[RunResult]) -> str:
@@ -207,6 +213,7 @@ def to_json(results: Sequence[RunResult], scenario: Optional[str] = None) -> str
                 "tracker": r.variant.tracker,
                 "tracker_chosen_by": r.variant.tracker_source,
                 "summary": r.summary().as_dict(),
+                "served_all_s": r.drained_s,  # when nothing was left to arrive or serve (a trace run out), else null
             }
             for r in results
         ],

@@ -104,6 +104,7 @@ class RunResult:
         self.out_tokens = array("q")  # per pass
         self.end_s = 0.0
         self.capped = False  # whether the pass cap ended the run (engine.same_window evens the times out)
+        self.drained_s: Optional[float] = None  # when nothing was left to arrive or serve, if that ended the run
         self.requests: list[Any] = []
         self.negotiations: list[int] = []  # each rank's delayer passes (one per scheduler pass)
         self.peak_kv = 0  # the most KV tokens any rank held

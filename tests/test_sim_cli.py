@@ -126,6 +126,43 @@ def test_a_trace_says_where_it_starts_and_that_it_ran_out_before_the_duration(tm
     assert "every request had arrived" not in capsys.readouterr().out  # a closed loop never runs out
 
 
+def test_a_trace_measures_every_profile_over_the_same_seconds(tmp_path, capsys):
+    """Every profile serves a trace's tokens in full; the one that finishes first sits idle to the last one's end,
+    so the same tokens read the same tok/s (not more for the faster one: before, each profile was measured to its
+    own last completion), and the header and --json say when each had served everything."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival,prompt_tokens,output_tokens\n" + "".join(f"{i * 0.01:.2f},{2000 + 37 * (i % 50)},{20 + i % 30}\n"
+                                                                         for i in range(600)))
+    out_json = tmp_path / "r.json"
+    argv = ["simulate", "--workload", "trace", "--trace", str(trace), "--dp-size", "4", "--profile", "off",
+            "--profile", "sglang-0.5.23", "--json", str(out_json)]
+    assert cli(argv) == 0
+    out = capsys.readouterr().out
+    results = json.loads(out_json.read_text())["results"]
+    served = {r["label"]: r["served_all_s"] for r in results}
+    assert all(s is not None for s in served.values()) and len(set(served.values())) == 2, served  # they differ
+    seconds = {r["label"]: r["summary"]["sim_seconds"] for r in results}
+    assert len(set(seconds.values())) == 1, seconds
+    assert max(served.values()) == pytest.approx(next(iter(seconds.values())), abs=1e-9)
+    assert len({r["summary"]["input_tok_s"] for r in results}) == 1
+    assert all(r["summary"]["unserved"] == 0 for r in results)
+    said = ", ".join(f"{label} {s:.1f} s" for label, s in served.items())
+    assert f"(every request had arrived and been served: {said}; each profile measured to the last)" in out, out
+
+
+def test_an_idle_engine_is_measured_to_the_duration(tmp_path):
+    """A run idle when --duration comes (its next request arrives later) is measured to --duration, not to its
+    last pass: before, an idle tail was left out of the window and the tok/s read high."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival,prompt_tokens,output_tokens\n0,1000,5\n90,1000,5\n")
+    out_json = tmp_path / "r.json"
+    assert cli(["simulate", "--workload", "trace", "--trace", str(trace), "--duration", "50", "--profile", "off",
+                "--json", str(out_json)]) == 0
+    (r,) = json.loads(out_json.read_text())["results"]
+    assert r["summary"]["sim_seconds"] == pytest.approx(50.0, abs=0.05) and r["served_all_s"] is None
+    assert r["summary"]["input_tok_s"] == pytest.approx(1000 / r["summary"]["sim_seconds"])
+
+
 def test_the_scenario_s_resubmit_gap_leaves_with_its_closed_loop(capsys):
     """--resubmit-gap belongs to a closed loop: another workload than #35241's drops the scenario's, not refused."""
     config = build(build_parser().parse_args(["simulate", "--scenario", "35241", "--workload", "poisson", "--rate", "3",
