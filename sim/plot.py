@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import re
 from pathlib import Path
-from typing import Any, Callable, Hashable, Iterator, Sequence
+from typing import Any, Callable, Hashable, Iterator, Sequence, TypeVar
 
 from .errors import SimInputError
 from .result import NO_REASON, OFF_REASON, RunResult
@@ -28,6 +28,7 @@ PALETTE = ("#2ca02c", "#1f77b4", "#d62728", "#ff7f0e", "#9467bd", "#17becf", "#b
 # Past PALETTE: saturated, so none reads as another's pale (nothing to prefill) shade, and none black (the dots).
 MORE = ("#8c564b", "#393b79", "#637939", "#7b4173", "#8c6d31", "#ffd92f")
 REASON_LABELS = {NO_REASON: "none (nothing to prefill)", OFF_REASON: "no policy"}
+T = TypeVar("T")
 
 
 def assign_colours(names: Sequence[str], wanted: Callable[[str], Sequence[str]]) -> dict[str, str]:
@@ -124,10 +125,10 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 MARK_EVERY = 6  # a marker every 6th point, each series starting at another one so markers do not sit on markers
 
 
-def same(results: Sequence[RunResult], key: Callable[[RunResult], Hashable]) -> list[list[RunResult]]:
+def same(results: Sequence[T], key: Callable[[T], Hashable]) -> list[list[T]]:
     """``results`` grouped where ``key`` (what a panel draws of a run) is equal, in order of first appearance:
     identical runs would draw one line over another, so they are drawn once, labelled ``a = b``."""
-    groups: dict[Hashable, list[RunResult]] = {}
+    groups: dict[Hashable, list[T]] = {}
     for r in results:
         groups.setdefault(key(r), []).append(r)
     return list(groups.values())

@@ -9,7 +9,7 @@ cell by cell; with ``--goal``, how many workloads each policy meets in each cell
 where the goal policy meets and misses, workload by workload. Where the loads vary, the calibration
 scenarios keep their own arrivals, so the by-cell tables leave them out (the goal counts keep them).
 ``--json`` holds each cell's whole suite document (``suite_run.suite_doc``); ``--plot`` draws TTFT
-p99 against the load (or the seed), a panel per workload. Both are written after the last run, or
+p99 and input tok/s against the load (or the seed), two panels per workload. Both are written after the last run, or
 neither.
 """
 
@@ -26,6 +26,7 @@ from ..files import Outputs
 from .cli import check_logs_whole
 from .report import Column, markdown
 from .suite_goal import WorkloadGoal, misses_said
+from .bound import Bound
 from .suite_run import Case, Row, _s, _tok, load_label, plan_suite, run_planned, standings, suite_doc
 
 
@@ -150,84 +151,126 @@ def _seconds(v: float, _: Any = None) -> str:
     return f"{v:g}"
 
 
-def _mantissa(v: float) -> float:
-    """2 for 0.2, 20 and 200: which minor ticks of a log axis get a label."""
-    return round(v / 10 ** math.floor(math.log10(v)), 6) if v > 0 else 0.0
-
-
-def plot(sweep: Sweep, path: str) -> None:
-    """TTFT p99 against the offered load, a panel per workload shown, a line per policy (the bound's dashed), on a
-    log axis: a cliff shows as a line that leaves the others. With several seeds at each load the line is the
-    median over the seeds and the band their range; with one load, the x axis is the seed."""
-    from .plot import _pyplot, _shrink
-
-    plt = _pyplot()
+def log_ticks(ax: Any, lo: float, hi: float) -> None:
+    """Labels for a log axis over ``[lo, hi]`` that always give at least two: the decades where it spans more than
+    two, 1-2-5 where it spans more than one, and a few round values in between where it spans less (a log axis
+    over 2.2-4 s has no decade or 1-2-5 mark inside it, and read no label at all)."""
     from matplotlib import ticker
 
+    decades = math.log10(hi / lo) if lo > 0 and hi > lo else 0.0
+    if decades > 2:
+        ax.yaxis.set_major_locator(ticker.LogLocator(base=10))
+    elif decades > 1:
+        ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    else:
+        ax.yaxis.set_major_locator(ticker.FixedLocator(
+            [v for v in ticker.MaxNLocator(nbins=4).tick_values(lo, hi) if lo <= v <= hi and v > 0]))
+    ax.yaxis.set_major_formatter(ticker.FuncFormatter(_seconds))
+    ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+
+
+Series = tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]  # median, least, most at each x
+
+
+def sweep_figure(sweep: Sweep) -> Any:
+    """Per workload shown, TTFT p99 (log axis) over input tok/s against the offered load, a line per policy and
+    the bound's dashed: a cliff shows as a line that leaves the others, in latency and in throughput. With
+    several seeds at each load a line is the median over the seeds and the band their range; with one load,
+    the x axis is the seed (a dot per policy at each, side by side). Policies alike in every panel are drawn
+    once, labelled ``a = b``; the others differ in colour, line style and marker, so one that meets another in
+    some panels still shows."""
+    from .plot import LINE_STYLES, MARKERS, _pyplot, same
+
+    plt = _pyplot()
     names = sweep.workloads()
-    policies = sweep.policies()
     found = sweep.found()
     by_load = len(sweep.scales) > 1
     xs: list[float] = sorted(sweep.scales) if by_load else [float(x) for x in sweep.seeds]
-    # seeds are draws, not an axis: a dot per policy at each, side by side, and no line between them
-    spread = 0.0 if by_load else 0.6 / max(len(policies), 1)
     place = list(range(len(xs))) if not by_load else xs
 
     def at(x: float) -> list[int]:
         """The cells drawn at ``x``."""
         return [k for k, c in enumerate(sweep.cells) if (c.scale if by_load else float(c.seed)) == x]
 
-    def bound_at(k: int, w: str) -> float:
-        b = next(c.bound for c in sweep.cells[k].cases if c.spec.name == w).ttft(0.99)
-        return math.nan if b is None else b
+    def series(values: Callable[[int], float]) -> Series:
+        """Over the cells at each x: the median, the least and the most of ``values`` (nan: none had one)."""
+        got = [[values(k) for k in at(x)] for x in xs]
+        return (tuple(statistics.median(v) for v in got), tuple(min(v) for v in got), tuple(max(v) for v in got))
+
+    def p99(r: Row) -> float:
+        return math.nan if r.ttft_p99_s is None else r.ttft_p99_s  # nan: no request of the window got a token
+
+    metrics: list[tuple[str, Callable[[Row], float], Callable[[Bound], float]]] = [
+        ("TTFT p99 (s)", p99, lambda b: math.nan if b.ttft(0.99) is None else b.ttft(0.99)),  # type: ignore[arg-type]
+        ("input k tok/s", lambda r: r.input_tok_s / 1000, lambda b: b.input_tok_s / 1000),
+    ]
+    drawn = {p: tuple(series(lambda k, w=w, p=p, f=f: f(found[(k, w, p)])) for w in names for _, f, _ in metrics)
+             for p in sweep.policies()}
+    groups = same(list(drawn), lambda p: drawn[p])  # alike in every panel: one line, "a = b"
+    labels = [" = ".join(g) for g in groups]
+
+    def bound_of(k: int, w: str) -> Bound:
+        return next(c.bound for c in sweep.cells[k].cases if c.spec.name == w)
 
     cols = min(4, len(names))
-    rows_n = math.ceil(len(names) / cols)
-    fig, axes = plt.subplots(rows_n, cols, figsize=(3.4 * cols, 2.6 * rows_n + 0.9), dpi=80, squeeze=False)
-    colors = plt.get_cmap("tab20" if len(policies) > 10 else "tab10")
+    blocks = math.ceil(len(names) / cols)
+    fig, axes = plt.subplots(2 * blocks, cols, figsize=(3.4 * cols, 4.4 * blocks + 1.0), dpi=80, squeeze=False)
+    colors = plt.get_cmap("tab20" if len(groups) > 10 else "tab10")
+    spread = 0.0 if by_load else 0.6 / max(len(groups), 1)
     for j, w in enumerate(names):
-        ax = axes[j // cols][j % cols]
-        for i, p in enumerate(policies):
-            values = [[math.nan if r.ttft_p99_s is None else r.ttft_p99_s for r in (found[(k, w, p)] for k in at(x))]
-                      for x in xs]  # nan: no request of the window got a token (a gap in the line)
-            line = [statistics.median(v) for v in values]
-            color = colors(i % colors.N)
-            shift = spread * (i - (len(policies) - 1) / 2)
-            ax.plot([x + shift for x in place], line, marker=("o", "s", "^")[i // colors.N % 3], markersize=3,
-                    linewidth=1.2 if by_load else 0, color=color, linestyle=("-", ":", "-.")[i // colors.N % 3],
-                    label=p)  # past 20 colours: dotted, square dots
-            if any(len(v) > 1 for v in values):
-                ax.fill_between(place, [min(v) for v in values], [max(v) for v in values], color=color, alpha=0.12,
-                                linewidth=0)
-        bounds = [statistics.median(bound_at(k, w) for k in at(x)) for x in xs]
-        if by_load:
-            ax.plot(place, bounds, linestyle="--", color="black", linewidth=1.0, label="bound")
-        else:  # a dash across each seed's dots
-            ax.hlines(bounds, [x - 0.4 for x in place], [x + 0.4 for x in place], linestyles="--", colors="black",
-                      linewidth=1.0, label="bound")
-        ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(ticker.FuncFormatter(_seconds))
-        ax.yaxis.set_minor_formatter(ticker.FuncFormatter(lambda v, _: _seconds(v) if _mantissa(v) in (2, 5) else ""))
-        ax.set_title(w, fontsize=9)
-        ax.set_xticks(place, [f"{x:g}" for x in xs], fontsize=7)
-        ax.tick_params(axis="y", which="both", labelsize=7)
-        ax.grid(True, which="major", alpha=0.3)
-        if j % cols == 0:
-            ax.set_ylabel("TTFT p99 (s)", fontsize=8)
-        if j + cols >= len(names):  # no panel below it
-            ax.set_xlabel("offered load, x the suite's" if by_load else "seed", fontsize=8)
-    for j in range(len(names), rows_n * cols):
-        axes[j // cols][j % cols].axis("off")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8, frameon=False)
+        for m, (what, _, of_bound) in enumerate(metrics):
+            ax = axes[2 * (j // cols) + m][j % cols]
+            for i, g in enumerate(groups):
+                line, least, most = drawn[g[0]][names.index(w) * len(metrics) + m]
+                color = colors(i % colors.N)
+                shift = spread * (i - (len(groups) - 1) / 2)
+                # by load, the first drawn widest: it shows beside the later ones it meets (seeds' dots stand apart)
+                under = (len(groups) - 1 - i) / max(len(groups) - 1, 1) if by_load else 0.5
+                ax.plot([x + shift for x in place], line, marker=MARKERS[i % len(MARKERS)], markersize=3 + 3 * under,
+                        linewidth=(1.0 + 1.6 * under) if by_load else 0, color=color,
+                        linestyle=LINE_STYLES[i % len(LINE_STYLES)], label=labels[i])
+                if least != most:
+                    ax.fill_between(place, least, most, color=color, alpha=0.12, linewidth=0)
+            bounds = [statistics.median(of_bound(bound_of(k, w)) for k in at(x)) for x in xs]
+            if by_load:
+                ax.plot(place, bounds, linestyle="--", color="black", linewidth=1.0, label="bound")
+            else:  # a dash across each seed's dots
+                ax.hlines(bounds, [x - 0.4 for x in place], [x + 0.4 for x in place], linestyles="--", colors="black",
+                          linewidth=1.0, label="bound")
+            if m == 0:
+                ax.set_yscale("log")
+                lo, hi = ax.get_ylim()
+                log_ticks(ax, lo, hi)
+                ax.set_title(w, fontsize=9)
+            ax.set_xticks(place, [f"{x:g}" for x in xs], fontsize=7)
+            ax.tick_params(axis="y", which="both", labelsize=7)
+            ax.grid(True, which="major", alpha=0.3)
+            if j % cols == 0:
+                ax.set_ylabel(what, fontsize=8)
+            if m == 1 and j + cols >= len(names):  # no panel below it
+                ax.set_xlabel("offered load, x the suite's" if by_load else "seed", fontsize=8)
+    for j in range(len(names), blocks * cols):
+        for m in range(len(metrics)):
+            axes[2 * (j // cols) + m][j % cols].axis("off")
+    handles, legend = axes[0][0].get_legend_handles_labels()
+    ncol = min(len(legend), 5)
+    fig.legend(handles, legend, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
     what = "the offered load" if by_load else "the seed"
     if by_load and len(sweep.seeds) > 1:
         what += f" (median of seeds {', '.join(map(str, sweep.seeds))}; band: their range)"
-    fig.suptitle(f"suite {sweep.name}: TTFT p99 against {what}", fontsize=10)
-    legend_rows = math.ceil(len(labels) / min(len(labels), 6))
-    fig.tight_layout(rect=(0, 0.01 + 0.025 * legend_rows, 1, 0.97))
+    fig.suptitle(f"suite {sweep.name}: TTFT p99 and input tok/s against {what}", fontsize=10)
+    legend_rows = math.ceil(len(legend) / ncol)
+    fig.tight_layout(rect=(0, (0.25 + 0.2 * legend_rows) / (4.4 * blocks + 1.0), 1, 0.97))
+    return fig
+
+
+def plot(sweep: Sweep, path: str) -> None:
+    """``sweep_figure`` written to ``path`` as a PNG."""
+    from .plot import _pyplot, _shrink
+
+    fig = sweep_figure(sweep)
     fig.savefig(path, format="png")
-    plt.close(fig)
+    _pyplot().close(fig)
     _shrink(path)
 
 
@@ -258,4 +301,5 @@ def sweep(name: str, profiles: Sequence[str], scales: Sequence[float], seeds: Se
     return 0
 
 
-__all__ = ["Cell", "Sweep", "by_cell_table", "cell_label", "goal_by_cell_table", "plot", "report", "sweep"]
+__all__ = ["Cell", "Sweep", "by_cell_table", "cell_label", "goal_by_cell_table", "log_ticks", "plot", "report", "sweep",
+           "sweep_figure"]

@@ -297,6 +297,54 @@ def test_a_sweep_runs_the_suite_at_each_load_as_a_single_run_would(tmp_path, cap
     assert _results(doc["runs"][0]) != _results(one)  # and the loads differ
 
 
+def test_the_sweep_figure_draws_throughput_too_labels_every_log_axis_and_hides_no_policy(tmp_path, monkeypatch):
+    """--plot of a sweep: per workload a TTFT p99 panel over an input tok/s panel (the help promises both; before,
+    only TTFT p99 was drawn); every log axis with at least two labels inside it (before, a panel over 3.9-5 s had
+    none: no decade or 1-2-5 mark falls inside); policies alike in every panel one line labelled ``a = b``, and
+    the others each in its own line style, so one under another still shows."""
+    pytest.importorskip("matplotlib")
+    from prefill_delayer.sim import suite_sweep
+
+    figures = []
+    monkeypatch.setattr(suite_sweep, "plot", lambda sweep, path: figures.append(suite_sweep.sweep_figure(sweep)))
+    assert cli(["simulate", "--suite", "default", "--duration", "30", "--profile", "off", "--profile", "aligned",
+                "--profile", "seed", "--profile", "sglang-0.5.17", "--load-scale", "0.9", "--load-scale", "1.1",
+                "--plot", str(tmp_path / "s.png")]) == 0
+    (fig,) = figures
+    fig.canvas.draw()
+    shown = [a for a in fig.axes if a.axison]
+    titles = [a.get_title() for a in shown if a.get_title()]
+    assert len(shown) == 2 * len(titles) and titles == [w.name for w in SUITES["default"] if w.load is not None]
+    logs = [a for a in shown if a.get_yscale() == "log"]
+    assert len(logs) == len(titles) and {a.get_ylabel() for a in shown if a.get_yscale() == "linear"} <= {"input k tok/s", ""}
+    for ax in logs:
+        lo, hi = ax.get_ylim()
+        labelled = [t.get_text() for t in ax.get_yticklabels() if t.get_text() and lo <= t.get_position()[1] <= hi]
+        assert len(labelled) >= 2, (ax.get_title(), lo, hi, labelled)
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == ["off", "aligned", "seed = sglang-0.5.17", "bound"], legend
+    styles = {line.get_label(): line.get_linestyle() for line in logs[0].get_lines()}
+    assert len({styles[x] for x in legend[:3]}) == 3, styles
+
+
+def test_log_ticks_label_a_narrow_a_middling_and_a_wide_range():
+    pytest.importorskip("matplotlib")
+    from prefill_delayer.sim.plot import _pyplot
+    from prefill_delayer.sim.suite_sweep import log_ticks
+
+    plt = _pyplot()
+    for lo, hi in ((3.9, 5.0), (2.2, 4.0), (0.15, 0.9), (0.3, 7.0), (0.05, 120.0)):
+        fig, ax = plt.subplots()
+        ax.plot([0, 1], [lo, hi])
+        ax.set_yscale("log")
+        ax.set_ylim(lo, hi)
+        log_ticks(ax, lo, hi)
+        fig.canvas.draw()
+        labelled = [float(t.get_text()) for t in ax.get_yticklabels() if t.get_text() and lo <= t.get_position()[1] <= hi]
+        plt.close(fig)
+        assert 2 <= len(labelled) <= 8 and all(lo <= v <= hi for v in labelled), (lo, hi, labelled)
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--suite", "default", "--load-scale", "1.1", "--load-scale", "1.1"], "--load-scale 1.1 is given twice"),
     (["--suite", "calibration", "--load-scale", "1.1"], "no workload of suite calibration has a load to scale"),
