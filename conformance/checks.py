@@ -240,8 +240,7 @@ def _apart_note(s: Session) -> list[str]:
 def _ended(log: RankLog) -> float:
     """The wall clock of the run's last logged pass (its start when it logged none): from its records, or from
     its files' last pass lines when the log was only scanned (check-log's streaming path)."""
-    walls = [r.wall for r in log.passes] + [w for i in log.__dict__.get("infos", ()) if (w := i.last_wall) is not None]
-    return max(walls, default=log.started)
+    return max(_pass_walls(log).values(), default=log.started)
 
 
 def _one_after_another(groups: dict[tuple, list[RankLog]]) -> bool:
