@@ -22,7 +22,7 @@ from ..spec.errors import ConfigError
 from .config import SimConfig, Variant
 from .cost import SGLANG_32880, SGLANG_35241, CostModel
 from .engine import check_fits, simulate
-from .errors import SimInputError
+from .errors import SimInputError, counted
 from .options import BASE, PROGRESS_AUTO, SCENARIOS, settings
 from ..spec.registry import policy_of
 from .policy_site import binding_of, check_sets, policy_config
@@ -107,7 +107,8 @@ def build(args: argparse.Namespace) -> tuple[SimConfig, list[Variant], Workload,
     for v in variants:  # every profile can be simulated, with its settings, before any run starts
         if v.profile is not None:
             binding_of(v.profile)
-            policy_config(v.profile, config.dp_size, config.policy_settings(), config.policy_params)
+            with options_named():
+                policy_config(v.profile, config.dp_size, config.policy_settings(), config.policy_params)
             if config.scheduler == "sglang" and policy_of(v.profile).host is None:
                 raise SimInputError(f"--scheduler sglang: profile {v.profile!r} is {policy_of(v.profile).title}, which "
                                     "SGLang's delayer call sites do not drive: simulate it with --scheduler model")
@@ -169,7 +170,16 @@ def in_options(message: str) -> str:
 
     # ``[cost ]name[ (a gloss)]=`` and any other snake_case name of a setting; a leading ``rate must ...``
     message = re.sub(r"(?<![\w-])(?<!--set )(cost )?([a-z]+(?:_[a-z]+)*)((?: \([^)]*\))?=)?", option, message)
-    return re.sub(r"^(rate|burst|concurrency)( )", lambda m: _flag(m.group(1)) + " ", message)
+    return _unset_in_words(re.sub(r"^(rate|burst|concurrency)( )", lambda m: _flag(m.group(1)) + " ", message))
+
+
+def _unset_in_words(message: str) -> str:
+    """The spec writes a parameter's unset value as Python's ``None (off) or ...``: ``--set`` takes it as ``none``, and
+    an option has no such value, it is left out (``expected a number in [0, 1], or no --token-usage-low-watermark
+    (off)``)."""
+    if "--set " in message:
+        return message.replace("expected None (", "expected none (")
+    return re.sub(r"^(.*?invalid (--[a-z-]+) .*?: expected )None \((?:= )?([^)]*)\) or (.*)$", r"\1\4, or no \2 (\3)", message)
 
 
 @contextlib.contextmanager
@@ -257,9 +267,14 @@ def _rate_within_capacity(rate: Any, config: SimConfig) -> None:
     if rate > max_rate(config):
         shortest = config.cost.shortest_forward_s()
         raise SimInputError(
-            f"--rate {rate:g}: {rate * shortest:,.0f} requests would arrive in one {shortest:g} s pass, "
-            f"more than the {running_slots(config)} requests all {config.dp_size} ranks run at "
-            f"once; at most {max_rate(config):,.0f} req/s here")
+            f"--rate {rate:g}: {counted(rate * shortest, 'request')} would arrive in one {shortest:g} s pass, "
+            f"more than {_at_once(config)}; at most {max_rate(config):,.0f} req/s here")
+
+
+def _at_once(config: SimConfig) -> str:
+    """``the 512 requests all 8 ranks run at once``, in words that agree with one rank and one request too."""
+    ranks = "its one rank runs" if config.dp_size == 1 else f"all {config.dp_size} ranks run"
+    return f"the {counted(running_slots(config), 'request')} {ranks} at once"
 
 
 def _probes_within_capacity(config: SimConfig) -> None:
@@ -270,17 +285,15 @@ def _probes_within_capacity(config: SimConfig) -> None:
     if interval is not None and 1.0 / interval > most:
         shortest = config.cost.shortest_forward_s()
         raise SimInputError(
-            f"--health-check-interval {interval:g}: {shortest / interval:,.0f} probes would arrive in one {shortest:g} s "
-            f"pass, more than the {running_slots(config)} requests all {config.dp_size} ranks run at once; at least "
-            f"{1.0 / most:.3g} s here")
+            f"--health-check-interval {interval:g}: {counted(shortest / interval, 'probe')} would arrive in one "
+            f"{shortest:g} s pass, more than {_at_once(config)}; at least {1.0 / most:.3g} s here")
 
 
 def _concurrency_within_memory(concurrency: int, config: SimConfig) -> None:
     if concurrency > MAX_CONCURRENCY:
         raise SimInputError(f"--concurrency {concurrency:,}: at most {MAX_CONCURRENCY:,} clients (each holds a request in "
-                            f"memory from the start, about 300 bytes); the {config.dp_size} ranks run "
-                            f"{running_slots(config):,} at once "
-                            "and the rest only wait in their queues")
+                            f"memory from the start, about 300 bytes); past {_at_once(config)}, the rest only "
+                            "wait in their queues")
 
 
 def _drift(text: Optional[str], dp_size: int) -> tuple:
@@ -330,7 +343,7 @@ class ProgressBar:
         frac = min(frac, 1.0) if not final else 1.0
         rate = done / max(now - start, 1e-9)
         bar = "#" * int(frac * 30)
-        self._stream.write(f"\r{label:>16} [{bar:<30}] {100 * frac:3.0f}%  {done} passes, {rate:,.0f} passes/s ")
+        self._stream.write(f"\r{label:>16} [{bar:<30}] {100 * frac:3.0f}%  {counted(done, 'pass', 'passes')}, {rate:,.0f} passes/s ")
         if final:
             self._stream.write("\n")
         self._stream.flush()
@@ -414,8 +427,8 @@ def check_logs_whole(runs: Iterable[tuple[str, Sequence[str]]]) -> None:
         return
     ranks = sum(len(f) for _, f in stopped)
     name, failures = stopped[0]
-    raise SimInputError(f"the decision log stopped on {ranks} rank{'s' * (ranks != 1)} in {len(stopped)} "
-                        f"run{'s' * (len(stopped) != 1)} (first: {name}, {failures[0]}); the files in "
+    raise SimInputError(f"the decision log stopped on {counted(ranks, 'rank')} in {counted(len(stopped), 'run')} "
+                        f"(first: {name}, {failures[0]}); the files in "
                         f"{os.environ.get(DECISION_LOG_ENV, '').strip()} end early: the tables above stand, the log does not")
 
 

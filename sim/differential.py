@@ -25,6 +25,7 @@ from typing import Optional, Sequence
 from .config import SimConfig, Variant
 from .cost import SGLANG_32880
 from .engine import run_variant
+from .errors import counted
 from .trackers import WINDOW, own_tracker
 from .result import PassTrace, RunResult
 from .workload import Burst, Bursty, Lengths, LongPrompt, Mix, Poisson, Workload
@@ -182,7 +183,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     comparisons = []
     for name in args.workloads or WORKLOADS:
         c = compare(name)
-        print(f"{name}: {c.model.passes} passes, model {c.seconds[0]:.1f} s, sglang {c.seconds[1]:.1f} s "
+        print(f"{name}: {counted(c.model.passes, 'pass', 'passes')}, model {c.seconds[0]:.1f} s, sglang {c.seconds[1]:.1f} s "
               f"({c.sglang.passes / c.seconds[1]:.1f} passes/s)", file=sys.stderr)
         comparisons.append(c)
     print(table(comparisons))

@@ -17,3 +17,10 @@ class TraceFileError(SimInputError):
         self.path = path
         self.line = line
         self.why = why
+
+
+def counted(n: float, noun: str, plural: str = "") -> str:
+    """``1 request``, ``2,048 requests``: a count in a message, its noun agreeing with it (``plural``: where it is
+    not the noun with an ``s``)."""
+    whole = round(n)
+    return f"{whole:,} {noun if whole == 1 else plural or noun + 's'}"

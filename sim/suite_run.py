@@ -26,7 +26,7 @@ from .bound import Bound, Slopes, arrivals, bound, capacity_tok_s, demand, perce
 from .cli import PLOT_SUFFIXES, build, check_logs_whole, max_rate, options_named, running_slots
 from .config import OFF, SimConfig, Variant
 from .engine import check_fits, run_variant
-from .errors import SimInputError
+from .errors import SimInputError, counted
 from .options import PROGRESS_AUTO, settings
 from .report import Column, legend, markdown
 from .result import RunResult
@@ -485,7 +485,8 @@ def check_load_scales(xs: Sequence[Any]) -> list[float]:
 def report(name: str, cases: Sequence[Case], rows: Sequence[Row], scale: float = 1.0) -> str:
     """The workloads and their bounds, then every policy x workload."""
     policies = len(dict.fromkeys(r.policy for r in rows))
-    return (f"Suite {name}{scaled(scale)}: {len(cases)} workloads x {policies} policies\n\n{workloads_table(cases)}\n\n{table(cases, rows)}"
+    return (f"Suite {name}{scaled(scale)}: {counted(len(cases), 'workload')} x {counted(policies, 'policy', 'policies')}"
+            f"\n\n{workloads_table(cases)}\n\n{table(cases, rows)}"
             f"\n\nColumns:\n{legend((*WORKLOAD_COLUMNS, *RESULT_COLUMNS))}")
 
 
@@ -540,7 +541,7 @@ def main(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     wall = time.perf_counter() - started
     table = standings(cases, rows) if goal is not None else None
     judged = "" if table is None else f"\n\n{goal_table(goal, table[goal])}\n\n{standings_table(table)}"
-    stdout.write(report(name, cases, rows, scale) + judged + f"\n\nwall time: {wall:.0f} s for {len(rows)} runs\n")
+    stdout.write(report(name, cases, rows, scale) + judged + f"\n\nwall time: {wall:.0f} s for {counted(len(rows), 'run')}\n")
     with outputs.writing() as out:  # both files or neither
         if s["json"]:
             out.write("--json", to_json(name, cases, rows, wall, None if table is None else (goal, table), scale,

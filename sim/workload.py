@@ -18,7 +18,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Iterator, Optional, Sequence, Union
 
-from .errors import SimInputError
+from .errors import SimInputError, counted
 
 
 class Request:
@@ -372,7 +372,7 @@ class TraceReplay:
 
     def describe(self) -> str:
         shifted = f", arrivals from its first at {self.origin_s:g} s, replayed from 0 s" if self.origin_s else ""
-        return f"trace {self.name} ({len(self.rows)} requests{shifted})"
+        return f"trace {self.name} ({counted(len(self.rows), 'request')}{shifted})"
 
 
 @dataclass(frozen=True)

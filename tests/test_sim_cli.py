@@ -420,3 +420,39 @@ def test_a_setting_s_message_names_the_option_that_gives_it(message, said):
     from prefill_delayer.sim.cli import in_options
 
     assert in_options(message) == said
+
+
+@pytest.mark.parametrize("argv, said", [
+    # one rank, one running slot: 'the 1 request its one rank runs at once', not '1 requests all 1 ranks run'
+    (["--workload", "poisson", "--rate", "100", "--prompt-tokens", "10", "--output-tokens", "1"],
+     "--rate 100: 4 requests would arrive in one 0.04 s pass, more than the 1 request its one rank runs at once; "
+     "at most 25 req/s here"),
+    (["--workload", "poisson", "--rate", "1", "--prompt-tokens", "10", "--output-tokens", "1", "--health-check-interval",
+      "0.001"], "more than the 1 request its one rank runs at once; at least 0.04 s here"),
+    (["--workload", "long-prompt", "--concurrency", "2000000", "--prompt-tokens", "10", "--output-tokens", "1"],
+     "past the 1 request its one rank runs at once, the rest only wait in their queues"),
+    # an unset delayer setting is an option left out, not Python's None; --set takes it as none
+    (["--workload", "poisson", "--rate", "1", "--prompt-tokens", "10", "--output-tokens", "1",
+      "--token-usage-low-watermark", "2"],
+     "expected a finite number in [0, 1], or no --token-usage-low-watermark (off)"),
+    (["--workload", "poisson", "--rate", "1", "--prompt-tokens", "10", "--output-tokens", "1", "--max-delay-ms", "-5"],
+     "expected a finite number > 0, or no --max-delay-ms (5000)"),
+    (["--workload", "poisson", "--rate", "1", "--prompt-tokens", "10", "--output-tokens", "1", "--profile", "aligned",
+      "--set", "quorum_percent=500"], "invalid --set quorum_percent=500: expected none (off) or an integer in [1, 100]"),
+])
+def test_messages_are_plain_english(capsys, argv, said):
+    """Counts agree with their noun, and an unset value is said as the operator gives it (no 'None', no '1 requests')."""
+    assert cli(["simulate", "--dp-size", "1", "--max-running-requests", "1", "--passes", "5", "--profile", "off", *argv]) == 2
+    err = capsys.readouterr().err
+    assert said in err and err.count("\n") == 1, err
+    assert not re.search(r"\bNone\b|\b1 (requests|ranks)\b", err), err
+
+
+def test_counts_of_one_are_singular(tmp_path, capsys):
+    trace = tmp_path / "one.csv"
+    trace.write_text("arrival,prompt_tokens,output_tokens\n0,100,3\n")
+    assert cli(["simulate", "--workload", "trace", "--trace", str(trace), "--dp-size", "1", "--profile", "off"]) == 0
+    assert f"trace {trace} (1 request)" in capsys.readouterr().out
+    assert cli(["simulate", "--suite", "calibration", "--duration", "5", "--profile", "off", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Suite calibration: 7 workloads x 1 policy\n"), out[:80]
