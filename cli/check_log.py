@@ -21,7 +21,8 @@ PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", metavar="PATH", help="decision log files or folders; several ranks' logs together")
     parser.add_argument("--json", metavar="FILE", help="write the machine-readable report here")
-    parser.add_argument("--traces", metavar="DIR", help="write each flagged window as a trace `prefill-delayer replay` reproduces")
+    parser.add_argument("--traces", metavar="DIR", help="write each flagged window as a trace `prefill-delayer replay` reproduces, "
+                        "into DIR, a new or empty folder")
     parser.add_argument("--plot", metavar="FILE.png", help="draw a per-rank timeline of decisions and the delay-run histogram "
                         f"({', '.join(PLOT_SUFFIXES)}; needs matplotlib)")
     parser.add_argument("--exact", action="store_true",
@@ -50,7 +51,7 @@ def outputs(args: Any) -> Outputs:
     from ..conformance.logread import expand
 
     inputs = [*args.paths, *([] if args.merge else expand(args.paths))]  # --merge's paths are digest files
-    return (Outputs(inputs).file("--json", args.json).folder("--traces", args.traces)
+    return (Outputs(inputs).file("--json", args.json).folder("--traces", args.traces, empty=True)
             .file("--plot", args.plot, suffixes=PLOT_SUFFIXES).file("--digest", args.digest))
 
 

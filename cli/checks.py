@@ -125,8 +125,8 @@ def prove_problem(args: Any) -> Optional[str]:
 
 
 def prove_outputs(args: Any) -> Outputs:
-    """``prove``'s outputs: the report and the traces' folder (it reads no file)."""
-    return Outputs().file("--json", args.json).folder("--traces", args.traces)
+    """``prove``'s outputs: the report and the traces' folder, new or empty (it reads no file)."""
+    return Outputs().file("--json", args.json).folder("--traces", args.traces, empty=True)
 
 
 def releases_note(given: Optional[list[str]]) -> list[str]:

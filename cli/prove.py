@@ -24,7 +24,7 @@ def add_arguments(prove: argparse.ArgumentParser) -> None:
         help=f"profile to check: {', '.join(profiles)}, or sglang-X for a release X (repeatable; default: all {len(profiles)})",
     )
     prove.add_argument("--json", metavar="PATH", help="write the JSON report here")
-    prove.add_argument("--traces", metavar="DIR", help="write counterexample traces into DIR")
+    prove.add_argument("--traces", metavar="DIR", help="write counterexample traces into DIR, a new or empty folder")
     prove.add_argument("--timeout-ms", type=int, default=20000, help="Z3 timeout per query (default 20000)")
     for _, opt in scope_options():
         prove.add_argument(opt.option, type=opt.type, default=None, metavar=opt.param.split("_")[-1][0].upper(), help=opt.help)

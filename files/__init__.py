@@ -13,6 +13,8 @@ What every output option gets, and why:
 * through symlinks: the file a link points at is replaced, the link stays;
 * only regular files: an existing device, FIFO, socket or folder at a file option is
   refused (writing a report over ``/dev/full`` must not turn the device into a file);
+* a folder of a run's own files (``folder(..., empty=True)``, the traces) must be new or
+  empty: this run's files beside an earlier run's could not be told apart;
 * the umask: a new file gets ``0666 & ~umask`` (folders ``0777 & ~umask``); a file
   replaced keeps its mode;
 * checks by trying: the folder that will hold an output must take a new file (one is
@@ -68,6 +70,7 @@ class _Output:
     value: str
     folder: bool
     suffixes: Optional[tuple[str, ...]]
+    empty: bool = False  # a folder that must be new or empty
 
     @property
     def real(self) -> str:
@@ -136,10 +139,11 @@ class Outputs:
             self._outputs[option] = _Output(option, value, False, tuple(suffixes) if suffixes is not None else None)
         return self
 
-    def folder(self, option: str, value: Optional[str]) -> "Outputs":
-        """Declare folder option ``option`` (``None``: not given)."""
+    def folder(self, option: str, value: Optional[str], empty: bool = False) -> "Outputs":
+        """Declare folder option ``option`` (``None``: not given); ``empty``: it must be new or empty, for a folder
+        that holds one run's files only (files left from an earlier run would read as this run's)."""
         if value is not None:
-            self._outputs[option] = _Output(option, value, True, None)
+            self._outputs[option] = _Output(option, value, True, None, empty)
         return self
 
     def problem(self) -> Optional[str]:
@@ -149,6 +153,8 @@ class Outputs:
             why = _folder_output_problem(out) if out.folder else _file_output_problem(out)
             if why is None:
                 why = self._input_problem(out)
+            if why is None and out.empty:
+                why = _not_empty_problem(out)
             if why is None:
                 other = seen.get(out.real)
                 if other is not None:
@@ -221,6 +227,19 @@ def _folder_output_problem(out: _Output) -> Optional[str]:
         return f"{opt} {value} is {'a file' if kind is None else kind}; expected a folder"
     why = _folder_problem(real)
     return None if why is None else f"{opt} {value} {why}; expected a folder"
+
+
+def _not_empty_problem(out: _Output) -> Optional[str]:
+    """Why a folder that must be new or empty is neither (``None``: it is, or it cannot be listed, which the
+    writability check says)."""
+    try:
+        held = sorted(os.listdir(out.real))
+    except OSError:
+        return None
+    if not held:
+        return None
+    shown = ", ".join(held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
+    return f"{out.option} {out.value} is not empty ({shown}): name a new or empty folder, so that only this run's files are in it"
 
 
 class Staged:

@@ -234,6 +234,18 @@ def test_a_folder_option_refuses_a_fifo_or_a_file(command: Any, no_work: None, t
     assert plain.read_text() == "x\n"
 
 
+@pytest.mark.parametrize(("name", "option"), [c for c in _folder_cases() if c.values[1] == "--traces"])
+def test_a_traces_folder_must_be_new_or_empty(command: Any, no_work: None, tmp_path: Path, name: str, option: str) -> None:
+    """An earlier run's traces stayed beside this run's, and nothing told them apart: refused before the work."""
+    old = tmp_path / "t"
+    old.mkdir()
+    for n in ("seed-agreement.json", "b.json", "c.json", "d.json"):
+        (old / n).write_text("{}\n")
+    refused(command(name, option, str(old)),
+            f"{option} {old} is not empty (b.json, c.json, d.json and 1 more): name a new or empty folder")
+    assert tree(old) == ["b.json", "c.json", "d.json", "seed-agreement.json"]  # an empty one: the symlink test's
+
+
 # ----- the umask ----------------------------------------------------------------------------------------
 
 
