@@ -231,6 +231,7 @@ def _workload(s: dict[str, Any], given: set[str], config: SimConfig) -> Workload
             else:
                 main = LongPrompt(concurrency=s["concurrency"], prompt=prompt, output=output,
                                   drift=_drift(s["drift"], config.dp_size))
+                _drift_within_prompt(s["drift"], main, config.chunked_prefill_size)
                 _concurrency_within_memory(main.concurrency, config)
     wave = s["wave"]
     if wave is None:
@@ -319,6 +320,22 @@ def _drift(text: Optional[str], dp_size: int) -> tuple:
     if len(values) != dp_size:
         raise SimInputError(f"--drift lists {len(values)} ranks, but --dp-size is {dp_size}")
     return tuple(values)
+
+
+def _drift_within_prompt(text: Optional[str], recipe: LongPrompt, chunk: int) -> None:
+    """A rank's first request starts its drift's chunks into its prompt: at as many chunks as the prompt has, or more,
+    none is left to prefill, and the source would cut the drift to the prompt's end (a drift other than the one given)."""
+    d = recipe.drift
+    drawn = bool(d) and d[0] == "random"
+    most = d[1] if drawn else max(d, default=0)
+    lo = recipe.prompt.lo
+    chunks = -(-lo // chunk)  # the shortest prompt's: any request may draw it
+    if most >= chunks:
+        prompt = f"a {lo:,}-token prompt" if lo == recipe.prompt.hi else f"the shortest prompt, {lo:,} tokens,"
+        raise SimInputError(f"--drift {text}: a rank's first request {'may start up to' if drawn else 'would start'} "
+                            f"{counted(most, 'chunk')} into its prompt, and {prompt} has {counted(chunks, 'chunk')} of at "
+                            f"most {chunk:,} tokens (--chunked-prefill-size): "
+                            f"nothing would be left to prefill; at most {chunks - 1}")
 
 
 class ProgressBar:

@@ -181,7 +181,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument("--rate", type=float, metavar="R", default=S, help="requests per second (poisson, bursty)")
     w.add_argument("--burst", type=int, metavar="N", default=S, help="requests per burst (bursty)")
     w.add_argument("--concurrency", type=int, metavar="N", default=S, help="requests in flight (long-prompt)")
-    w.add_argument("--drift", metavar="D,D,...|random:K", default=S, help="long-prompt: chunks each rank starts ahead (one per rank, or one for all), or a seeded draw from 0..K")
+    w.add_argument("--drift", metavar="D,D,...|random:K", default=S, help="long-prompt: chunks each rank starts ahead (one per rank, or one for all), or a seeded draw from 0..K; "
+                   "fewer than the shortest prompt's chunks")
     w.add_argument("--prompt-tokens", metavar="N|LO:HI", default=S, help="prompt tokens, fixed or uniform")
     w.add_argument("--output-tokens", metavar="N|LO:HI", default=S, help="output tokens, fixed or uniform")
     w.add_argument("--trace", metavar="FILE", default=S, help="CSV or JSONL with arrival, prompt_tokens, output_tokens (trace); replayed from its first arrival, "

@@ -456,3 +456,25 @@ def test_counts_of_one_are_singular(tmp_path, capsys):
     assert cli(["simulate", "--suite", "calibration", "--duration", "5", "--profile", "off", "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("Suite calibration: 7 workloads x 1 policy\n"), out[:80]
+
+
+@pytest.mark.parametrize("prompt, drift, said", [
+    ("2000", "5", "--drift 5: a rank's first request would start 5 chunks into its prompt, and a 2,000-token prompt has "
+     "2 chunks of at most 1,024 tokens (--chunked-prefill-size): nothing would be left to prefill; at most 1"),
+    ("2000", "2", "would start 2 chunks into its prompt, and a 2,000-token prompt has 2 chunks"),
+    ("2000", "0,2", "would start 2 chunks into its prompt"),
+    ("500:4000", "random:1", "--drift random:1: a rank's first request may start up to 1 chunk into its prompt, and the "
+     "shortest prompt, 500 tokens, has 1 chunk of at most 1,024 tokens (--chunked-prefill-size): nothing would be left "
+     "to prefill; at most 0"),
+])
+def test_a_drift_past_the_prompt_is_refused(capsys, prompt, drift, said):
+    """A drift of as many chunks as the prompt has used to be cut to the prompt's end without a word (its first
+    request one token long): the run was not the drift given."""
+    argv = ["simulate", "--workload", "long-prompt", "--concurrency", "4", "--prompt-tokens", prompt, "--output-tokens",
+            "1", "--dp-size", "2", "--chunked-prefill-size", "1024", "--passes", "20", "--profile", "off", "--drift", drift]
+    assert cli(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("prefill-delayer simulate: --drift ") and err.count("\n") == 1, err
+    assert said in err, err
+    assert cli([*argv[:-1], "1" if ":" not in prompt else "random:0"]) == 0  # one chunk fewer runs
+    assert "drift " in capsys.readouterr().out
