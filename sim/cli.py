@@ -102,6 +102,9 @@ def build(args: argparse.Namespace) -> tuple[SimConfig, list[Variant], Workload,
         return tracker
 
     variants = [Variant.of(name, tracker_of(name), s["health_dispatch"]) for name in dict.fromkeys(s["profile"])]
+    if tracker is not None and all(v.profile is None for v in variants):
+        raise SimInputError(f"--tracker {tracker}: off runs no delayer, so nothing reads max_prefill_bs and no tracker "
+                            "runs; --tracker sets it for the profiles with a delayer")
     check_sets([v.profile for v in variants], config.policy_params)
     check_sets_no_option(config.policy_params)
     for v in variants:  # every profile can be simulated, with its settings, before any run starts

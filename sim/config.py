@@ -12,7 +12,7 @@ from ..spec.registry import known_profile, resolve_profile
 from .cost import SGLANG_35241, CostModel
 from .dispatch import HEALTH_DISPATCH, METHODS, ROUND_ROBIN, health_dispatch_for
 from .errors import SimInputError
-from .trackers import TRACKERS, WINDOW, own_tracker, release_for, tracker_for
+from .trackers import NONE, TRACKERS, own_tracker, release_for, tracker_for
 
 GATHERS = ("lockstep", "threads")
 # SGLang's --prefill-delayer-* settings (and --prefill-max-requests) the simulated scheduler passes its policy,
@@ -165,8 +165,8 @@ class Variant:
 
     name: str
     profile: Optional[str]  # None: no delayer at all (``off``)
-    tracker: str
-    tracker_source: str  # "release", "policy" (one it keeps itself, ``trackers.own_tracker``) or "option"
+    tracker: str  # ``trackers.NONE`` for off: no delayer reads max_prefill_bs
+    tracker_source: str  # "release", "policy" (one it keeps itself, ``trackers.own_tracker``), "option", or "none" (off)
     health_dispatch: str = "separate"
     health_source: str = "release"
 
@@ -193,8 +193,8 @@ class Variant:
         release = release_for(name) if name != OFF else None
         variant = cls(
             name, profile,
-            tracker if tracker is not None else tracker_for(name) if name != OFF else WINDOW,
-            "option" if tracker is not None else "policy" if own_tracker(name) else "release",
+            NONE if name == OFF else tracker if tracker is not None else tracker_for(name),  # --tracker: the others'
+            "none" if name == OFF else "option" if tracker is not None else "policy" if own_tracker(name) else "release",
             health_dispatch if health_dispatch is not None else health_dispatch_for(release),
             "option" if health_dispatch is not None else "release",
         )
@@ -203,7 +203,7 @@ class Variant:
         return variant
 
     def default_tracker(self) -> str:
-        return tracker_for(self.name) if self.name != OFF else WINDOW
+        return tracker_for(self.name) if self.name != OFF else NONE
 
     @property
     def tracked_name(self) -> str:

@@ -151,7 +151,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "--json and --plot give every workload's TTFT p99 and input tok/s against the load (default 1)")
     p.add_argument("--scenario", choices=sorted(SCENARIOS), default=S, help="start from a calibration scenario's settings (SGLang #32880 or #35241); options given override them")
     p.add_argument("--profile", action="append", metavar="NAME", default=S, help=f"policy to simulate (repeatable): {', '.join(SIMULATED)}, sglang-X for a release X, or off (no delayer); NAME+TRACKER (aligned+window) runs one with another max_prefill_bs tracker beside the others with their own; default: every profile, or the scenario's")
-    p.add_argument("--tracker", choices=("lifetime", "decay", "window"), default=S, help="max_prefill_bs tracker for every profile; default: each release's own (lifetime up to 0.5.16, decay in 0.5.17, window from 0.5.18; window for hardened and off, decay for aligned, which keeps its own)")
+    p.add_argument("--tracker", choices=("lifetime", "decay", "window"), default=S, help="max_prefill_bs tracker for every profile; default: each release's own (lifetime up to 0.5.16, decay in 0.5.17, window from 0.5.18; window for hardened, decay for aligned, which keeps its own; off, with no delayer, has none)")
     g = p.add_argument_group("engine (per DP rank)")
     g.add_argument("--dp-size", type=int, metavar="N", default=S, help="DP ranks (default 8)")
     g.add_argument("--max-running-requests", type=int, metavar="N", default=S, help="running requests per rank (default 128)")

@@ -170,7 +170,7 @@ class SGLangGroup:
         scheduler_module = require_scheduler()
         # 0.5.23's scheduler tracks with its window; a policy that keeps its own negotiates with that one instead.
         runs = own_tracker(variant.name) or WINDOW
-        if variant.tracker != runs:
+        if variant.profile is not None and variant.tracker != runs:  # off has none: no delayer reads it
             raise SimInputError(
                 f"--scheduler sglang runs SGLang 0.5.23's scheduler, whose max_prefill_bs tracker is window"
                 f"{'' if runs == WINDOW else f' ({variant.name} keeps its own, {runs})'}; {variant.label} asks for {variant.tracker}"

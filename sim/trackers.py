@@ -44,6 +44,9 @@ def tracker_for(name: str) -> str:
     return own_tracker(name) or WINDOW
 
 
+# ``off``'s: with no delayer nothing reads max_prefill_bs, so none is tracked (the table says so, not a tracker).
+NONE = "none"
+
 # The tracker a profile's policy keeps itself in place of the scheduler's argument (None: none, or ``off``).
 own_tracker = own_max_prefill_bs
 
@@ -54,7 +57,7 @@ class MaxPrefillBsTracker:
     __slots__ = ("kind", "_value", "_window", "_decaying", "value")
 
     def __init__(self, kind: str) -> None:
-        if kind not in TRACKERS:
+        if kind not in TRACKERS and kind != NONE:
             raise SimInputError(f"unknown max_prefill_bs tracker {kind!r}: expected one of {', '.join(TRACKERS)}")
         self.kind = kind
         self._value = 0.0
@@ -98,7 +101,7 @@ class MaxPrefillBsTracker:
         elif self._decaying is not None:
             self._decaying.observe(batch_size)
             self.value = self._decaying.value
-        elif batch_size > self._value:
+        elif batch_size > self._value and self.kind != NONE:
             self._value = batch_size
             self.value = int(batch_size)
 
@@ -113,5 +116,5 @@ def attempted_prefill_bs(running_batch: int, max_running_requests: int, waiting_
     return wanted if wanted < free_slots else free_slots
 
 
-__all__ = ["DECAY", "DECAY_PER_PASS", "LIFETIME", "TRACKERS", "TRACKER_RELEASES", "WINDOW", "WINDOW_SIZE",
+__all__ = ["DECAY", "DECAY_PER_PASS", "LIFETIME", "NONE", "TRACKERS", "TRACKER_RELEASES", "WINDOW", "WINDOW_SIZE",
            "MaxPrefillBsTracker", "attempted_prefill_bs", "own_tracker", "release_for", "tracker_for"]

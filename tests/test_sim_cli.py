@@ -25,7 +25,7 @@ def test_prints_a_table_per_profile_and_the_decisions(capsys):
     out, err = capsys.readouterr()
     assert err == ""  # no progress bar: stderr is not a terminal
     assert "| profile | max_prefill_bs tracker | passes | input tok/s" in out
-    for row in ("| seed | lifetime | ", "| sglang-0.5.20 | window | ", "| off | window | "):
+    for row in ("| seed | lifetime | ", "| sglang-0.5.20 | window | ", "| off | none | "):
         assert row in out
     # the pass cap (120) ends the first run to reach it; the others run to the same simulated time
     passes = [int(line.split("|")[3]) for line in out.splitlines() if line.startswith(("| seed ", "| sglang-0.5.20 ", "| off "))
@@ -478,3 +478,18 @@ def test_a_drift_past_the_prompt_is_refused(capsys, prompt, drift, said):
     assert said in err, err
     assert cli([*argv[:-1], "1" if ":" not in prompt else "random:0"]) == 0  # one chunk fewer runs
     assert "drift " in capsys.readouterr().out
+
+
+def test_off_claims_no_tracker(tmp_path, capsys):
+    """off has no delayer, so nothing reads max_prefill_bs: --tracker sets the others' and off's label and column say
+    none (before: 'off+lifetime', tracker lifetime); --tracker with off alone would do nothing, and is refused."""
+    path = tmp_path / "r.json"
+    assert cli([*SMALL, "--tracker", "lifetime", "--profile", "off", "--profile", "seed", "--wide", "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "| off | none | " in out and "| seed | lifetime | " in out and "off+" not in out, out
+    got = [(r["label"], r["tracker"], r["tracker_chosen_by"]) for r in json.loads(path.read_text())["results"]]
+    assert got == [("off", "none", "none"), ("seed", "lifetime", "option")]
+    assert cli([*SMALL, "--tracker", "lifetime", "--profile", "off"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == ("prefill-delayer simulate: --tracker lifetime: off runs no delayer, so nothing reads "
+                                 "max_prefill_bs and no tracker runs; --tracker sets it for the profiles with a delayer\n")
