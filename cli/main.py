@@ -145,15 +145,67 @@ def _reader_gone() -> bool:
         except (AttributeError, OSError, ValueError):  # no poll() on this platform, or not a real file
             continue
         if closed:
-            null = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(null, fd)
-            os.close(null)
+            _discard(stream)
             gone = True
     return gone
 
 
+def _discard(stream: IO[str]) -> None:
+    """Point ``stream``'s file descriptor at the null device (where it has one), so that what is still buffered for it
+    goes nowhere instead of failing again at the interpreter's last flush."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, fd)
+    os.close(null)
+
+
+class _NamedStdout:
+    """``sys.stdout`` whose failed write or flush (``> /dev/full``) is an ``OutputError`` naming stdout, as a failed
+    ``--json`` names its file: ``[Errno 28] No space left on device`` alone does not say which output it was. A reader
+    gone stays a ``BrokenPipeError`` (exit 141)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+
+    def _named(self, exc: OSError) -> OSError:
+        from ..files import write_failed
+
+        if isinstance(exc, BrokenPipeError):
+            return exc
+        _discard(self._stream)  # what is left cannot be written either: the last flush at exit must not fail (120)
+        return write_failed("stdout", exc)
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as exc:
+            raise self._named(exc) from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as exc:
+            raise self._named(exc) from None
+
+    def __getattr__(self, name: str) -> Any:  # fileno, isatty, encoding, ...: the stream's own
+        return getattr(self._stream, name)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Exit 2 with one line on stderr for any bad input; 130, with one line, on Ctrl-C."""
+    stdout = sys.stdout
+    if stdout is not None:
+        sys.stdout = _NamedStdout(stdout)  # type: ignore[assignment]
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout = stdout
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
     name = "prefill-delayer"
     try:
         args = _parse(build_parser(), argv)  # argparse's own output (--help, --version, a usage error): Parser's

@@ -353,8 +353,13 @@ def _naming(option: str, shown: str) -> Iterator[None]:
     except OutputError:
         raise
     except OSError as exc:
-        where = f"{option} {shown}" if option else shown
-        raise OutputError(f"{where}: cannot write it: {exc.strerror or exc}") from None
+        raise write_failed(f"{option} {shown}" if option else shown, exc) from None
+
+
+def write_failed(where: str, exc: OSError) -> OutputError:
+    """``exc``, raised while writing output ``where`` (an option and its file, or ``stdout``), as the error that names
+    it: ``[Errno 28] No space left on device`` alone does not say which output filled the disk."""
+    return OutputError(f"{where}: cannot write it: {exc.strerror or exc}")
 
 
 def _fill(path: str, data: Union[str, bytes]) -> None:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -55,6 +58,22 @@ def test_cli_replay_exit_codes(tmp_path, traces):
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps({"property": "agreement"}))
     assert cli(["replay", str(broken)]) == 2
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("unbuffered", [False, True], ids=["buffered", "unbuffered"])
+def test_cli_replay_to_a_full_stdout_names_stdout(tmp_path, traces, unbuffered):
+    """`replay TRACE > /dev/full` said only `[Errno 28] No space left on device`, naming no output; now one line naming
+    stdout, exit 2 (and no second error from the interpreter's last flush)."""
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(traces["bounded-delay"]))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"  # the write itself fails, not the flush after it
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "prefill_delayer.cli", "replay", str(good)], stdout=full,
+                              stderr=subprocess.PIPE, text=True, env=env, timeout=120)
+    assert (done.returncode, done.stderr) == (2, "prefill-delayer replay: stdout: cannot write it: No space left on device\n")
 
 
 @pytest.fixture(scope="module")
