@@ -176,7 +176,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from .errors import SimInputError
 
     try:
-        require_scheduler()
+        require_scheduler("the comparison", "python -m prefill_delayer.sim.differential")
     except SimInputError as err:
         print(f"python -m prefill_delayer.sim.differential: {err}", file=sys.stderr)
         return 2

@@ -47,14 +47,19 @@ from .workload import Request, Workload, largest_request
 NegotiateArgs = tuple[int, int, int, int]
 
 
-def require_scheduler() -> Any:
-    """SGLang's scheduler module, or ``SimInputError`` with the one line that says why it is not here."""
+# The environment ``.ci/sglang-scheduler`` builds, where SGLang 0.5.23's scheduler imports.
+SCHEDULER_ENV = ".venv-sglang-scheduler"
+
+
+def require_scheduler(needs: str = "--scheduler sglang", command: str = "prefill-delayer") -> Any:
+    """SGLang's scheduler module, or ``SimInputError`` with the one line that says why it is not here: what is
+    missing, and where it is not (``needs``: what asks for it; ``command``: what to run in that environment)."""
     try:
         return import_scheduler()
     except SchedulerUnavailable as err:
         raise SimInputError(
-            f"--scheduler sglang needs SGLang 0.5.23's scheduler module, which does not import here: {err}. "
-            "`bash .ci/sglang-scheduler` builds an environment where it does"
+            f"{needs} needs SGLang 0.5.23's scheduler, which does not import here: {err}; `bash .ci/sglang-scheduler` "
+            f"(in the repository) builds {SCHEDULER_ENV}, an environment where it imports: run {SCHEDULER_ENV}/bin/{command}"
         ) from None
 
 

@@ -61,13 +61,17 @@ def import_scheduler() -> Any:
     """``sglang.srt.managers.scheduler``, or ``SchedulerUnavailable`` naming why not."""
     try:
         import sglang
-    except ImportError as err:
-        raise SchedulerUnavailable(f"SGLang is not installed ({err})") from None
+    except ImportError:
+        raise SchedulerUnavailable("SGLang is not installed") from None
     version = getattr(sglang, "__version__", "unknown")
     if version != RELEASE:
         raise SchedulerUnavailable(f"this backend runs SGLang {RELEASE}'s scheduler; SGLang {version} is installed")
     try:
         import sglang.srt.managers.scheduler as scheduler
+    except ModuleNotFoundError as err:  # a module it imports is not installed: named, as pip knows it
+        missing = (err.name or "").split(".")[0] or str(err)
+        raise SchedulerUnavailable(f"the Python module {missing}, which sglang.srt.managers.scheduler imports, "
+                                   "is not installed") from None
     except Exception as err:  # noqa: BLE001 - any import failure is the same answer: not here
         first = str(err).splitlines()[0] if str(err) else ""
         raise SchedulerUnavailable(f"sglang.srt.managers.scheduler does not import ({type(err).__name__}: {first})") from None
