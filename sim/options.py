@@ -198,7 +198,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--cost-idle-pass", type=float, metavar="S", default=S, help="a pass where no rank runs a forward (default 0.0015, estimated)")
     r = p.add_argument_group("run and output")
     r.add_argument("--passes", type=int, metavar="N", default=S, help="stop after N passes (default 10000, or none with --duration)")
-    r.add_argument("--duration", type=float, metavar="S", default=S, help="stop at S simulated seconds")
+    r.add_argument("--duration", type=float, metavar="S", default=S, help="stop at S simulated seconds (with --suite: every "
+                   "workload's, its warm-up cut in proportion where S is shorter than its own run, as the header says)")
     r.add_argument("--warmup", type=float, metavar="S", default=S, help="leave the first S simulated seconds out of the table")
     r.add_argument("--seed", type=int, metavar="N", default=S, help="RNG seed (default 0): same seed, same run")
     r.add_argument("--seeds", metavar="LIST", default=S, help="with --suite: run the suite at each seed of LIST (0-7, "

@@ -55,6 +55,7 @@ class Case:
     workload: Workload
     bound: Bound
     rate: Optional[float]  # open arrivals: requests per second
+    own: Optional[tuple[float, float]] = None  # a --duration shorter than its own cut its warm-up: (warm-up, duration)
 
 
 @dataclass
@@ -130,9 +131,10 @@ def plan(spec: SuiteWorkload, profiles: Sequence[str], s: dict[str, Any], given:
                                 f"--load-scale {scale * most / rate:.3g} there")
         config, variants, _, _ = build(_namespace(spec, profiles, rate, s["set"]))
         workload = _streams(spec, rate)
-    config = _scaled(spec, config, s, given)
-    check_fits(config, workload)
-    return Case(spec, config, workload, bound(config, workload), rate), variants
+    scaled = _scaled(spec, config, s, given)
+    check_fits(scaled, workload)
+    own = (config.warmup_s, config.duration_s or 0.0) if scaled.warmup_s != config.warmup_s else None
+    return Case(spec, scaled, workload, bound(scaled, workload), rate, own), variants
 
 
 def _scaled(spec: SuiteWorkload, config: SimConfig, s: dict[str, Any], given: set[str]) -> SimConfig:
@@ -482,11 +484,28 @@ def check_load_scales(xs: Sequence[Any]) -> list[float]:
     return seen
 
 
+def warmups_cut(cases: Sequence[Case]) -> str:
+    """The warm-up each run got where ``--duration`` cut it (each workload has its own, shrunk in proportion to a
+    shorter run), workloads alike said together; empty where none was cut."""
+    groups: dict[tuple[float, float, float], list[str]] = {}
+    for c in cases:
+        if c.own is not None:
+            groups.setdefault((c.config.warmup_s, *c.own), []).append(c.spec.name)
+    if not groups:
+        return ""
+    duration = next(c.config.duration_s for c in cases if c.own is not None)
+    parts = [f"{warm:g} s for {', '.join(names)} ({own:g} s of {'its' if len(names) == 1 else 'their'} {whole:g} s)"
+             for (warm, own, whole), names in groups.items()]
+    return (f"Warm-ups: --duration {duration:g} is shorter than these workloads' own runs, so each warm-up was cut in "
+            f"proportion: {'; '.join(parts)}")
+
+
 def report(name: str, cases: Sequence[Case], rows: Sequence[Row], scale: float = 1.0) -> str:
-    """The workloads and their bounds, then every policy x workload."""
+    """The workloads and their bounds (and the warm-ups ``--duration`` cut), then every policy x workload."""
     policies = len(dict.fromkeys(r.policy for r in rows))
-    return (f"Suite {name}{scaled(scale)}: {counted(len(cases), 'workload')} x {counted(policies, 'policy', 'policies')}"
-            f"\n\n{workloads_table(cases)}\n\n{table(cases, rows)}"
+    title = f"Suite {name}{scaled(scale)}: {counted(len(cases), 'workload')} x {counted(policies, 'policy', 'policies')}"
+    head = "\n".join(filter(None, [title, warmups_cut(cases)]))
+    return (f"{head}\n\n{workloads_table(cases)}\n\n{table(cases, rows)}"
             f"\n\nColumns:\n{legend((*WORKLOAD_COLUMNS, *RESULT_COLUMNS))}")
 
 
@@ -553,4 +572,5 @@ def main(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
 
 
 __all__ = ["Case", "Planned", "Row", "SUITE_OPTIONS", "check_load_scales", "check_seeds", "default_profiles", "goals", "load_label", "main", "measure", "plan", "plan_suite", "plot", "report",
-           "run_bound", "run_planned", "run_suite", "scaled", "standings", "suite_doc", "table", "tpots", "ttfts_censored"]
+           "run_bound", "run_planned", "run_suite", "scaled", "standings", "suite_doc", "table", "tpots", "ttfts_censored",
+           "warmups_cut"]

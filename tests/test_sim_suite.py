@@ -549,3 +549,19 @@ def test_the_legend_the_suite_prints_is_the_one_the_docs_quote():
     docs = (Path(__file__).resolve().parents[1] / "docs" / "simulation.md").read_text()
     for column in RESULT_COLUMNS:
         assert f"- {column.heading}: {column.meaning}" in docs, column.heading
+
+
+def test_a_shorter_duration_says_the_warm_up_each_run_got(tmp_path, capsys):
+    """--duration shorter than a workload's own cuts its warm-up in proportion: the header says which warm-up each
+    run got (before: nothing said it, and --json alone held the figures); a longer one keeps them and says nothing."""
+    path = tmp_path / "s.json"
+    assert cli(["simulate", "--suite", "calibration", "--duration", "60", "--profile", "off", "--no-progress",
+                "--json", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == ("Warm-ups: --duration 60 is shorter than these workloads' own runs, so each warm-up was cut in "
+                        "proportion: 8 s for 32880 (120 s of its 900 s); 10 s for 35241, 35241-dispatch-0.5.17, "
+                        "35241-dispatch-0.5.23, 35241-drift-1, 35241-drift-3, 35241-drift-stair (200 s of their 1200 s)")
+    assert {w["name"]: w["warmup_s"] for w in json.loads(path.read_text())["workloads"]}["32880"] == 8.0
+    assert cli(["simulate", "--suite", "calibration", "--duration", "1300", "--profile", "off", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "Warm-ups" not in out and out.startswith("Suite calibration: 7 workloads x 1 policy\n\n"), out[:200]
