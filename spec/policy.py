@@ -26,7 +26,10 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
-from .fields import BOOL, COUNT, Field
+from .fields import BOOL, COUNT, MAX_COUNT, OPT_SECONDS, SECONDS, USAGE, Field, value_problem
+from .ops import PY
+
+_VALUE_KINDS = (COUNT, USAGE, SECONDS, OPT_SECONDS)  # the kinds ``value_problem`` checks
 
 PROVED, REFUTED, UNKNOWN = "proved", "refuted", "unknown"
 COUNTED, ALL = "counted", "all"  # which rows an aggregate reads: the first of each DP group, or every one
@@ -276,7 +279,10 @@ class Policy:
         return rows[:: c.group_size][: c.dp_dim]
 
     def gathered_view(self, o: Any, c: Any, rows: Sequence[Sequence[Any]]) -> Any:
-        """Fold the rows into the view the guards read, one ``Agg`` at a time, in declaration order."""
+        """Fold the rows into the view the guards read, one ``Agg`` at a time, in declaration order. Python values
+        (``o`` is ``PY``, the README's stepping API) are checked first (``check_rows``)."""
+        if o is PY:
+            self.check_rows(c, rows)
         counted = rows[:: c.group_size][: c.dp_dim]
         values = []
         for kind, i, over_all in self._fold_plan:
@@ -290,6 +296,39 @@ class Policy:
             else:  # any: the sum of a 0/1 field is positive
                 values.append(o.SumOf(r[i] for r in src) > 0)
         return self.view_cls(*values)
+
+    def check_rows(self, c: Any, rows: Any) -> None:
+        """``TypeError`` / ``ValueError`` naming the first malformed row or value of ``rows`` (every rank's row, in
+        global rank order): else a short row fails deep in a fold with a bare ``IndexError``, a string one with a
+        ``TypeError`` from ``sum``, and too few rows or a negative count are folded into a wrong view without a word."""
+        highs = self._row_highs
+        if highs is not None and type(rows) is list and len(rows) == c.world_size and all(
+                type(row) is list and len(row) >= len(highs)
+                and all(type(v) is int and 0 <= v <= hi for v, hi in zip(row, highs)) for row in rows):
+            return  # the usual rows, at a few checks per value: what the slow path below would accept
+        names = ", ".join(self.row_names)
+        if isinstance(rows, (str, bytes)) or not hasattr(rows, "__len__"):
+            raise TypeError(f"rows: expected a list of {c.world_size} rows (every rank's, in global rank order), "
+                            f"got {type(rows).__name__} {rows!r:.60}")
+        if len(rows) != c.world_size:
+            raise ValueError(f"rows: expected {c.world_size} rows (every rank's, in global rank order: dp_size x "
+                             f"attn_cp_size x attn_tp_size), got {len(rows)}")
+        for r, row in enumerate(rows):
+            if isinstance(row, (str, bytes)) or not hasattr(row, "__len__"):
+                raise TypeError(f"rows[{r}]: expected a row of {len(self.row)} values ({names}), "
+                                f"got {type(row).__name__} {row!r:.60}")
+            if len(row) < len(self.row):  # a longer row is a gathered one: the runtime's envelope follows, unread
+                raise ValueError(f"rows[{r}]: expected {len(self.row)} values ({names}), got {len(row)}")
+            for i, (f, v) in enumerate(zip(self.row, row)):
+                why = _row_value_problem(f.kind, v)
+                if why is not None:
+                    raise why[0](f"rows[{r}][{i}] ({f.name}): {why[1]}")
+
+    @functools.cached_property
+    def _row_highs(self) -> Optional[tuple[int, ...]]:
+        """Each row field's largest value, for ``check_rows``' fast path (``None``: a field is neither flag nor count)."""
+        highs = {BOOL: 1, COUNT: MAX_COUNT}
+        return None if any(f.kind not in highs for f in self.row) else tuple(highs[f.kind] for f in self.row)
 
     def received_rows(self, c: Any) -> int:
         """How many rows a pass's collective hands each rank: every rank's, or one reduced row."""
@@ -320,6 +359,22 @@ class Policy:
     def control_code(self, control: str) -> int:
         """The control state as the integer the proofs encode it by."""
         return self.states.index(control)
+
+
+def _row_value_problem(kind: str, value: Any) -> Optional[tuple[type[Exception], str]]:
+    """Why ``value`` cannot be a row's ``kind`` field, with the exception that says it: a flag travels as 0 or 1 (an
+    int, or a bool), a count as an int in ``[0, MAX_COUNT]``; the other kinds as their inputs (``value_problem``)."""
+    if kind == BOOL:
+        if not isinstance(value, int):
+            return TypeError, f"expected 0 or 1, got {type(value).__name__} {value!r:.60}"
+        return None if value in (0, 1) else (ValueError, f"expected 0 or 1, got {value!r}")
+    if kind not in _VALUE_KINDS:
+        return None
+    why = value_problem(kind, value)
+    if why is None:
+        return None
+    wrong_type = isinstance(value, bool) or not isinstance(value, int if kind == COUNT else (int, float))
+    return (TypeError if wrong_type else ValueError), why
 
 
 @dataclass(frozen=True)

@@ -177,7 +177,7 @@ def _sample_passes(c: Config, rng: random.Random, n: int) -> list[tuple[State, f
         rb, pb = rng.choice([0, 1, 28, 29, 100]), rng.choice([0, 1, 28, 29, 80])
         inputs = [
             PassInput(rng.random() < 0.8, rng.choice([0.3, 0.5, 0.9]), rb, pb,
-                      rng.choice([0, rb + pb - 1, rb + pb, rb + pb + 1, 1024]), rng.choice([0, 1, 13, 14, 15, 28, 29]))
+                      rng.choice([0, max(0, rb + pb - 1), rb + pb, rb + pb + 1, 1024]), rng.choice([0, 1, 13, 14, 15, 28, 29]))
             for _ in range(c.world_size)
         ]
         out.append((state, now, inputs))

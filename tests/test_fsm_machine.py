@@ -141,3 +141,35 @@ def test_machine_and_step_agree_on_any_view(case):
     else:
         assert by_step.next_state.delayed_count == state.delayed_count + 1
         assert (by_step.wait_forward_passes, by_step.wait_seconds) == (0, 0.0)
+
+
+# The README's "Stepping the FSM": rows of the hardened profile at dp_size 2 with DP attention (2 ranks).
+_GOOD = [1, 0, 0, 0, 0, 0, 0]
+
+
+@pytest.mark.parametrize(("rows", "error", "message"), [
+    (None, TypeError, "rows: expected a list of 2 rows (every rank's, in global rank order), got NoneType None"),
+    ("ab", TypeError, "rows: expected a list of 2 rows"),
+    ([_GOOD], ValueError, "rows: expected 2 rows (every rank's, in global rank order: dp_size x attn_cp_size x "
+                          "attn_tp_size), got 1"),
+    ([_GOOD, _GOOD, _GOOD], ValueError, "rows: expected 2 rows"),
+    ([[1, 0, 0], _GOOD], ValueError, "rows[0]: expected 7 values (prefillable, force, running_batch, max_prefill_bs, "
+                                     "waiting_queue_len, timeout_expired, max_running_requests), got 3"),
+    ([_GOOD, "abcdefg"], TypeError, "rows[1]: expected a row of 7 values (prefillable, force"),
+    ([None, _GOOD], TypeError, "rows[0]: expected a row of 7 values"),
+    ([[1, 0, -5, 0, 0, 0, 0], _GOOD], ValueError, "rows[0][2] (running_batch): expected 0 <= value <= 2147483647, got -5"),
+    ([[1, 0, 2.5, 0, 0, 0, 0], _GOOD], TypeError, "rows[0][2] (running_batch): expected an int, got float 2.5"),
+    ([[1, "x", 0, 0, 0, 0, 0], _GOOD], TypeError, "rows[0][1] (force): expected 0 or 1, got str 'x'"),
+    ([[2, 0, 0, 0, 0, 0, 0], _GOOD], ValueError, "rows[0][0] (prefillable): expected 0 or 1, got 2"),
+])
+def test_the_readme_stepping_api_names_a_malformed_row(rows, error, message):
+    """A short row raised a bare IndexError from the fold, a str or None one a TypeError from deep inside, and one row
+    too few or a negative count were folded into a view without a word; now the first bad row or value is named."""
+    from prefill_delayer.spec import PY, policy_of
+
+    policy = policy_of("hardened")
+    config = policy.config_cls(dp_size=2, enable_dp_attention=True, max_delay_passes=3, profile="hardened")
+    assert policy.gathered_view(PY, config, [_GOOD, [0] * 7]).num_prefillable == 1  # the README's rows: fine
+    with pytest.raises(error) as info:
+        policy.gathered_view(PY, config, rows)
+    assert str(info.value).startswith(message), str(info.value)
