@@ -279,8 +279,9 @@ def suite_section(out: Path, name: str) -> str:
     cases, rows = run_suite(name, default_profiles(), s, given)
     print(f"(suite {name}: {len(rows)} runs in {time.perf_counter() - started:.0f} s)", file=sys.stderr)
     plot(cases, rows, s["plot"], f"suite {name}: every policy as a fraction of the bound")
+    head, rest = report(name, cases, rows).split("\n\n", 1)  # the header's lines, each its own in Markdown
     return "\n".join([f"### The suite `{name}`", "", "```", "prefill-delayer simulate " + " ".join(argv), "```", "",
-                      report(name, cases, rows)])
+                      head.replace("\n", "  \n") + "\n\n" + rest])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -13,6 +13,7 @@ most once, then ``finalize``, which negotiates the idle inputs when nothing aske
 
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
 from ..runtime.core import PolicyCore
@@ -83,6 +84,23 @@ def policy_config(profile: str, dp_size: int, settings: Mapping[str, Any], sets:
                 message = "invalid --set " + message[len("invalid "):]
                 break
         raise SimInputError(f"profile {profile!r}: {message}") from None
+
+
+# A parameter at whose value its policy defers no prefill and so runs as off does (SGLang's gate at interval 0, vLLM's
+# cadence at 1, their engines' defaults), by name; the spec's gloss of that value, ``(0: off)``, is in its ``valid``.
+AS_OFF = {"prefill_decode_interval": 0, "prefill_schedule_interval": 1}
+
+
+def as_off(profile: str, dp_size: int, settings: Mapping[str, Any], sets: Sequence[tuple[str, Any]] = ()) -> Optional[str]:
+    """``prefill_decode_interval 0 (off)`` where ``profile``, so configured, defers no prefill and runs as off does
+    (its rows would otherwise read as the policy's own); None where it defers."""
+    config = policy_config(profile, dp_size, settings, sets)
+    for param in policy_of(profile).params:
+        value = AS_OFF.get(param.name)
+        if value is not None and getattr(config, param.name) == value:
+            gloss = re.search(rf"\({value}: ([^)]*)\)", param.valid)
+            return f"{param.name} {value}" + (f" ({gloss.group(1)})" if gloss else "")
+    return None
 
 
 def check_sets(profiles: Sequence[Optional[str]], sets: Sequence[tuple[str, Any]]) -> None:

@@ -23,7 +23,7 @@ from ..files import Outputs
 from ..runtime.decision_log import DECISION_LOG_ENV
 from ..spec.registry import all_profiles, policy_of
 from .bound import Bound, Slopes, arrivals, bound, capacity_tok_s, demand, percentile, window_capacity_tok_s
-from .cli import PLOT_SUFFIXES, build, check_logs_whole, max_rate, options_named, running_slots
+from .cli import PLOT_SUFFIXES, as_off_notes, build, check_logs_whole, max_rate, options_named, running_slots
 from .config import OFF, SimConfig, Variant
 from .engine import check_fits, run_variant
 from .errors import SimInputError, counted
@@ -494,17 +494,19 @@ def warmups_cut(cases: Sequence[Case]) -> str:
     if not groups:
         return ""
     duration = next(c.config.duration_s for c in cases if c.own is not None)
-    parts = [f"{warm:g} s for {', '.join(names)} ({own:g} s of {'its' if len(names) == 1 else 'their'} {whole:g} s)"
+    parts = [f"{_s(warm)} for {', '.join(names)} ({own:g} s of {'its' if len(names) == 1 else 'their'} {whole:g} s)"
              for (warm, own, whole), names in groups.items()]
     return (f"Warm-ups: --duration {duration:g} is shorter than these workloads' own runs, so each warm-up was cut in "
             f"proportion: {'; '.join(parts)}")
 
 
 def report(name: str, cases: Sequence[Case], rows: Sequence[Row], scale: float = 1.0) -> str:
-    """The workloads and their bounds (and the warm-ups ``--duration`` cut), then every policy x workload."""
-    policies = len(dict.fromkeys(r.policy for r in rows))
-    title = f"Suite {name}{scaled(scale)}: {counted(len(cases), 'workload')} x {counted(policies, 'policy', 'policies')}"
-    head = "\n".join(filter(None, [title, warmups_cut(cases)]))
+    """The workloads and their bounds (the policies that ran as off, the warm-ups ``--duration`` cut), then every
+    policy x workload."""
+    policies = list(dict.fromkeys(r.policy for r in rows))
+    title = f"Suite {name}{scaled(scale)}: {counted(len(cases), 'workload')} x {counted(len(policies), 'policy', 'policies')}"
+    as_off = as_off_notes(((p, Variant.of(p).profile) for p in policies), cases[0].config) if cases else []
+    head = "\n".join(filter(None, [title, *as_off, warmups_cut(cases)]))
     return (f"{head}\n\n{workloads_table(cases)}\n\n{table(cases, rows)}"
             f"\n\nColumns:\n{legend((*WORKLOAD_COLUMNS, *RESULT_COLUMNS))}")
 

@@ -493,3 +493,34 @@ def test_off_claims_no_tracker(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert out == "" and err == ("prefill-delayer simulate: --tracker lifetime: off runs no delayer, so nothing reads "
                                  "max_prefill_bs and no tracker runs; --tracker sets it for the profiles with a delayer\n")
+
+
+def test_a_policy_whose_settings_defer_nothing_is_said_to_run_as_off(capsys):
+    """SGLang's gate at interval 0 and vLLM's cadence at 1, their engines' defaults, defer no prefill: their rows were
+    off's, with nothing to say so (before: the header named no interval). The header says it, naming the setting."""
+    assert cli([*SMALL, "--profile", "off", "--profile", "pdi-0.5.23", "--profile", "pdi-hardened", "--profile",
+                "vllm-0.33.0", "--profile", "hardened"]) == 0
+    head = capsys.readouterr().out.split("\n\n", 1)[0].splitlines()
+    assert head[-2:] == [
+        "As off: pdi-0.5.23 and pdi-hardened ran with prefill_decode_interval 0 (off), at which they defer no prefill and "
+        "run as off does (--set prefill_decode_interval=N for another interval)",
+        "As off: vllm-0.33.0 ran with prefill_schedule_interval 1 (every step), at which it defers no prefill and runs as "
+        "off does (--set prefill_schedule_interval=N for another interval)"], head
+    assert cli([*SMALL, "--profile", "pdi-0.5.23", "--profile", "cadence-hardened", "--set", "prefill_decode_interval=3",
+                "--set", "prefill_schedule_interval=4"]) == 0
+    assert "As off" not in capsys.readouterr().out
+    assert cli(["simulate", "--suite", "calibration", "--duration", "5", "--profile", "cadence-hardened", "--profile",
+                "off", "--no-progress"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].startswith("As off: cadence-hardened ran with prefill_schedule_interval 1")
+
+
+def test_the_settings_that_run_as_off_are_the_spec_s_own():
+    """AS_OFF names each parameter's value the spec glosses as off (or every step): a renamed parameter, or a new
+    default, fails here rather than leaving a policy's equivalence with off unsaid."""
+    from prefill_delayer.sim.policy_site import AS_OFF
+    from prefill_delayer.spec.registry import policies
+
+    params = {p.name: p for pol in policies() for p in pol.params if p.name in AS_OFF}
+    assert set(params) == set(AS_OFF)
+    for name, value in AS_OFF.items():
+        assert params[name].default == value and f"({value}: " in params[name].valid, params[name]

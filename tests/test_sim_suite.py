@@ -559,7 +559,7 @@ def test_a_shorter_duration_says_the_warm_up_each_run_got(tmp_path, capsys):
                 "--json", str(path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[1] == ("Warm-ups: --duration 60 is shorter than these workloads' own runs, so each warm-up was cut in "
-                        "proportion: 8 s for 32880 (120 s of its 900 s); 10 s for 35241, 35241-dispatch-0.5.17, "
+                        "proportion: 8.00 s for 32880 (120 s of its 900 s); 10.0 s for 35241, 35241-dispatch-0.5.17, "
                         "35241-dispatch-0.5.23, 35241-drift-1, 35241-drift-3, 35241-drift-stair (200 s of their 1200 s)")
     assert {w["name"]: w["warmup_s"] for w in json.loads(path.read_text())["workloads"]}["32880"] == 8.0
     assert cli(["simulate", "--suite", "calibration", "--duration", "1300", "--profile", "off", "--no-progress"]) == 0
