@@ -7,7 +7,9 @@ asks ``problem()`` before any work, and writes inside ``with outputs.writing() a
 
 What every output option gets, and why:
 
-* a name: an empty one is refused (it used to mean "write nothing", silently);
+* a name: an empty one is refused (it used to mean "write nothing", silently), and so is a file
+  named ``-``, which reads as standard output, where every command writes its own report (it used
+  to write a file called ``-``); ``./-`` names that file;
 * never one of the command's inputs (the same file, or an input folder), and never
   the same file as another output option: a report must not replace the log it reports on;
 * through symlinks: the file a link points at is replaced, the link stays;
@@ -192,6 +194,9 @@ def _file_output_problem(out: _Output) -> Optional[str]:
     opt, value = out.option, out.value
     if value == "":
         return f"{opt} needs a file name, got an empty string"
+    if value == "-":  # not standard output: the command's report is there, and the two would be one stream
+        return (f"{opt} -: {opt} writes a file, not standard output, which has the command's own report; "
+                "name the file (./- for one called -)")
     real = out.real
     try:
         st: Optional[os.stat_result] = os.stat(real)

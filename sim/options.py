@@ -211,7 +211,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "a process of its own (default 1); the figures are the same as one at a time")
     r.add_argument("--gather", choices=("lockstep", "threads"), default=S, help="in-process gather: one thread in lock-step (default), or a thread per rank over runtime.InProcessGroup")
     r.add_argument("--plot", metavar="PNG", default=S, help="write the figure (needs matplotlib: the [plot] extra)")
-    r.add_argument("--json", metavar="PATH", default=S, help="write the results as JSON")
+    r.add_argument("--json", metavar="PATH", default=S, help="write the results as JSON to the file PATH (not standard "
+                   "output, which has the tables: - is refused)")
     r.add_argument("--wide", action="store_true", default=S, help="print every column of the comparison table (default: "
                    "the compact one: throughput, TTFT, unserved requests, mixed passes); --json has every figure either way")
     r.add_argument("--progress", dest="progress", action="store_const", const=True, default=S, help="show a progress bar on stderr (default: only when stderr is a terminal)")

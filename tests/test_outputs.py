@@ -246,6 +246,17 @@ def test_a_traces_folder_must_be_new_or_empty(command: Any, no_work: None, tmp_p
     assert tree(old) == ["b.json", "c.json", "d.json", "seed-agreement.json"]  # an empty one: the symlink test's
 
 
+@pytest.mark.parametrize(("name", "option", "file"), _file_cases())
+def test_a_file_option_refuses_a_dash(command: Any, no_work: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                      name: str, option: str, file: str) -> None:
+    """``-`` reads as standard output, where each command writes its report: every command wrote a file called ``-``
+    instead; now one line before the work, and ``./-`` names that file."""
+    monkeypatch.chdir(tmp_path)
+    refused(command(name, option, "-"), f"{option} -: {option} writes a file, not standard output, which has the "
+            "command's own report; name the file (./- for one called -)")
+    assert tree(tmp_path) == []
+
+
 # ----- the umask ----------------------------------------------------------------------------------------
 
 
