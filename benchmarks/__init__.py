@@ -9,7 +9,7 @@
 Each ends with one verdict line and exits 0 when it met every target it judged, 1 when it
 missed one (so a script or CI can act on it), 2 when it could not run (a bad option is one line
 naming it), 130 on Ctrl-C and 143 on SIGTERM (one line each; what it wrote in a temporary folder
-is removed).
+is removed), 141 when the reader of its report has gone (``| head -1``), as the CLI.
 """
 
 from __future__ import annotations
@@ -82,12 +82,22 @@ def _terminate(signum: int, frame: Optional[FrameType]) -> NoReturn:
 
 def run_main(prog: str, body: Callable[[], int]) -> int:
     """``body()``'s status; Ctrl-C as the CLI says it (one line, 130) and SIGTERM alike (one line, 143), each after the
-    benchmark's ``with`` blocks have removed what they made."""
-    from ..cli.main import interrupted
+    benchmark's ``with`` blocks have removed what they made. Its report's reader gone (``| head -1``) ends it as the
+    CLI ends (141, quiet), and a full stdout is one line naming it (2): neither is a traceback and 1, a missed target."""
+    from ..cli.main import broken_pipe, interrupted, stdout_named
+    from ..files import OutputError
 
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        return body()
+        with stdout_named():
+            code = body()
+            sys.stdout.flush()  # here, not at the interpreter's exit, where a closed pipe is a second error
+        return code
+    except BrokenPipeError as exc:
+        return broken_pipe(prog, exc)
+    except OutputError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return interrupted(prog)
     except Terminated:

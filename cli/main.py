@@ -17,12 +17,13 @@ command quietly with 141, as it ends any Unix filter (SIGPIPE).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import select
 import sys
 from dataclasses import dataclass
-from typing import IO, Any, NoReturn, Optional, Sequence
+from typing import IO, Any, Iterator, NoReturn, Optional, Sequence
 
 INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
 READER_GONE = 141  # 128 + SIGPIPE, what a shell reports for a filter whose reader closed the pipe (`| head`)
@@ -194,15 +195,31 @@ class _NamedStdout:
         return getattr(self._stream, name)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Exit 2 with one line on stderr for any bad input; 130, with one line, on Ctrl-C."""
+@contextlib.contextmanager
+def stdout_named() -> Iterator[None]:
+    """``sys.stdout`` as ``_NamedStdout`` for the block: a failed write to it names stdout."""
     stdout = sys.stdout
     if stdout is not None:
         sys.stdout = _NamedStdout(stdout)  # type: ignore[assignment]
     try:
-        return _main(argv)
+        yield
     finally:
         sys.stdout = stdout
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Exit 2 with one line on stderr for any bad input; 130, with one line, on Ctrl-C."""
+    with stdout_named():
+        return _main(argv)
+
+
+def broken_pipe(name: str, exc: BrokenPipeError) -> int:
+    """The status of command ``name`` whose output broke: 141 and quiet when its reader has gone (``| head``: it has
+    what it wanted, as with any Unix filter), else one line on stderr and 2."""
+    if _reader_gone():
+        return READER_GONE
+    print(f"{name}: {exc}", file=sys.stderr)
+    return 2
 
 
 def _main(argv: Optional[Sequence[str]]) -> int:
@@ -219,10 +236,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         sys.stdout.flush()  # here, not at the interpreter's exit, where a closed pipe is a second error
         return code
     except BrokenPipeError as exc:
-        if _reader_gone():  # `| head`: the reader has what it wanted, as with any Unix filter
-            return READER_GONE
-        print(f"{name}: {exc}", file=sys.stderr)
-        return 2
+        return broken_pipe(name, exc)
     except OSError as exc:  # e.g. the disk filled up while writing the report: say so, no traceback
         print(f"{name}: {exc}", file=sys.stderr)
         return 2

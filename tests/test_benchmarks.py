@@ -185,3 +185,29 @@ def test_sigterm_removes_the_temporary_folder(tmp_path) -> None:
     assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, err)
     assert err == "python -m prefill_delayer.benchmarks.decision_log: terminated\n", err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("stdout", ["closed pipe", "/dev/full"])
+def test_a_report_that_cannot_be_written_is_not_a_missed_target(stdout: str) -> None:
+    """`python -m prefill_delayer.benchmarks.sim | head -1` printed a BrokenPipeError traceback and exited 1, which for a
+    benchmark means a missed target; now it ends as the CLI does, 141 and quiet. A full stdout is one line naming it, 2."""
+    import os
+    import subprocess
+    import sys
+
+    if stdout == "/dev/full" and not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full")
+    argv = [sys.executable, "-m", "prefill_delayer.benchmarks.sim", "--passes", "20", "--dp-size", "2", "--profile",
+            "hardened", "--gather", "lockstep"]
+    if stdout == "closed pipe":
+        read, write = os.pipe()
+        os.close(read)  # the reader gone before the first line, so that no race with the start-up decides it
+    else:
+        write = os.open("/dev/full", os.O_WRONLY)
+    try:
+        done = subprocess.run(argv, stdout=write, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+    want = (141, "") if stdout == "closed pipe" else (
+        2, "python -m prefill_delayer.benchmarks.sim: stdout: cannot write it: No space left on device\n")
+    assert (done.returncode, done.stderr) == want
