@@ -31,7 +31,7 @@ from typing import Optional
 
 from ..spec.errors import ConfigError
 from ..spec.fields import reason_name
-from ..spec.registry import DEFAULT_PROFILE, host_profiles, resolve_host_profile
+from ..spec.registry import DEFAULT_PROFILE, host_profiles, policy_of, resolve_host_profile
 from .delayer import PrefillDelayer, PrefillDelayerSinglePassExecutor
 from .server_args import ServerArgs
 
@@ -91,6 +91,10 @@ def _problem(args: argparse.Namespace) -> Optional[str]:
         args.profile = resolve_host_profile(args.profile)
     except ConfigError as err:
         return f"--profile: {err}"
+    # Here, once, not in each rank's PrefillDelayer after it has joined the process group.
+    cap = next((p for p in policy_of(args.profile).params if p.name == "max_delay_passes"), None)
+    if cap is not None and not cap.check(args.max_delay_passes):
+        return f"--max-delay-passes: expected {cap.valid}, got {args.max_delay_passes}"
     missing = [v for v in LAUNCHER_ENV if not os.environ.get(v)]
     if missing:
         return (f"run it under a launcher that sets {', '.join(missing)}: "

@@ -46,7 +46,7 @@ def _one_line(done: subprocess.CompletedProcess, fragment: str) -> None:
     (["--profile", "fast"], {}, "--profile: unknown profile 'fast': expected one of seed"),
     (["--profile", "pdi-hardened"], {}, "which SGLang's PrefillDelayer does not run"),
     (["--pass-ms", "nan"], {}, "--pass-ms must be a number > 0, got nan"),
-    (["--max-delay-passes", "-1"], {}, "invalid max_delay_passes=-1"),
+    (["--max-delay-passes", "-1"], {}, "--max-delay-passes: expected integer in [0, 2147483647], got -1"),
     ([], {"PREFILL_DELAYER_DECISION_LOG": "logs", "PREFILL_DELAYER_DECISION_LOG_MAX_MB": "lots"},
      "PREFILL_DELAYER_DECISION_LOG_MAX_MB='lots': expected a whole number >= 1"),
 ])
@@ -57,6 +57,13 @@ def test_a_bad_option_or_setting_is_one_line(args: list[str], env: dict[str, str
 def test_only_the_first_rank_says_it() -> None:
     done = _run("--passes", "-1", rank="1")
     assert done.returncode == 2 and done.stderr == "" and done.stdout == ""
+
+
+def test_a_bad_max_delay_passes_is_found_once_where_the_options_are_parsed() -> None:
+    """It was checked only by each rank's PrefillDelayer, after joining the process group (without a launcher, the
+    line asked for one instead): now with the other options, before the launcher is looked for."""
+    _one_line(_run("--max-delay-passes", "-1", launcher=False), "--max-delay-passes: expected integer in [0, 2147483647], got -1")
+    _one_line(_run("--max-delay-passes", "2147483648", launcher=False), "got 2147483648")
 
 
 def test_without_the_launcher_it_says_how_to_run_it() -> None:
