@@ -18,6 +18,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence, TextIO
 from ..files import Outputs
 from ..runtime.core import crosscheck_on
 from ..runtime.decision_log import DECISION_LOG_ENV, options_from
+from ..spec.config import in_setting_words
 from ..spec.errors import ConfigError
 from .config import SimConfig, Variant
 from .cost import SGLANG_32880, SGLANG_35241, CostModel
@@ -194,7 +195,7 @@ def _unset_in_words(message: str) -> str:
     an option has no such value, it is left out (``expected a number in [0, 1], or no --token-usage-low-watermark
     (off)``)."""
     if "--set " in message:
-        return message.replace("expected None (", "expected none (")
+        return in_setting_words(message)
     return re.sub(r"^(.*?invalid (--[a-z-]+) .*?: expected )None \((?:= )?([^)]*)\) or (.*)$", r"\1\4, or no \2 (\3)", message)
 
 

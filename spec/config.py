@@ -54,6 +54,12 @@ def parse_setting(text: str) -> tuple[str, Any]:
     return name.strip(), value
 
 
+def in_setting_words(message: str) -> str:
+    """A configuration error as a ``NAME=VALUE`` setting (``parse_setting``) is written: its unset value is ``none``,
+    where the spec, for the Python API, writes ``None``."""
+    return message.replace("expected None (", "expected none (")
+
+
 def count_in(lo: int, hi: int) -> Callable[[Any], bool]:
     return lambda v: is_int(v) and lo <= v <= hi
 

@@ -119,12 +119,12 @@ def test_the_plugin_sets_the_profiles_own_parameters_and_stops_on_a_bad_one() ->
     assert "profile aligned (PREFILL_DELAYER_PROFILE=aligned), spec " in done.stderr
     assert "; parameters quorum_percent=75" in done.stderr, done.stderr
     for params, says in [
-        ("quorum_percent=0", "PREFILL_DELAYER_PARAMS: invalid quorum_percent=0: expected None (off) or an integer in "
+        ("quorum_percent=0", "PREFILL_DELAYER_PARAMS: invalid quorum_percent=0: expected none (off) or an integer in "
                              "[1, 100]"),
         ("long_chunk_tokens=100", "PREFILL_DELAYER_PARAMS: 'long_chunk_tokens' is not a parameter of profile 'aligned' "
                                   "that SGLang leaves to the policy (those are: busy_watermark, chunk_hold_tokens, "
                                   "low_load_watermark, quorum_percent)"),
-        ("chunk_hold_tokens=-1", "PREFILL_DELAYER_PARAMS: invalid chunk_hold_tokens=-1: expected None (off) or an "
+        ("chunk_hold_tokens=-1", "PREFILL_DELAYER_PARAMS: invalid chunk_hold_tokens=-1: expected none (off) or an "
                                  "integer in [0, "),
         ("busy_watermark=0.2", "PREFILL_DELAYER_PARAMS: busy_watermark=0.2 must be above low_load_watermark=0.28"),
         ("quorum_percent", "PREFILL_DELAYER_PARAMS: expected NAME=VALUE, got 'quorum_percent'"),

@@ -90,6 +90,7 @@ def resolve(setting: str, params: Optional[Mapping[str, Any]] = None) -> Choice:
     known ones), or a parameter the profile does not leave to us or a bad value;
     ``PluginError`` when SGLang is absent or its release unknown.
     """
+    from ...spec.config import in_setting_words
     from ...spec.errors import ConfigError
     from ...spec.policies.sglang_delayer.profiles import RELEASES
     from ...spec.registry import host_profiles, policy_of, resolve_host_profile
@@ -134,7 +135,7 @@ def resolve(setting: str, params: Optional[Mapping[str, Any]] = None) -> Choice:
         # the whole configuration at SGLang's defaults: the checks between parameters too (busy above the watermark)
         config = policy.config_cls(profile=profile, dp_size=1, enable_dp_attention=True, **given)
     except ConfigError as err:
-        raise ConfigError(f"{PARAMS_ENV}: {err}" if given else str(err)) from None
+        raise ConfigError(f"{PARAMS_ENV}: {in_setting_words(str(err))}" if given else str(err)) from None
     hold = policy.host.chunk_hold(config)
     if hold is not None and not any(r.target == chunk_hold.TARGET for r in reads):
         raise PluginError(f"profile {profile!r} holds a refused chunk at {chunk_hold.TARGET}, which it does not read")
