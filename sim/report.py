@@ -123,7 +123,7 @@ COLUMNS: tuple[Column[RunResult], ...] = (
     Column("profile", "the policy profile simulated, +TRACKER and +health-DISPATCH where an option overrides its release's own",
            lambda r: r.variant.label, align="---"),
     Column("max_prefill_bs tracker", "how max_prefill_bs is tracked: lifetime high-watermark, decayed per pass, or a "
-           "window of recent batches", lambda r: r.variant.tracker, compact=False, align="---"),
+           "window of recent batches; none for off, which has no delayer to read it", lambda r: r.variant.tracker, compact=False, align="---"),
     Column("passes", "scheduler passes in the measured window (every profile covers the same simulated time)",
            lambda r: str(r.summary().passes), compact=False),
     Column("input tok/s", "prompt tokens prefilled per simulated second, all ranks, over the measured window "

@@ -500,13 +500,18 @@ def warmups_cut(cases: Sequence[Case]) -> str:
             f"proportion: {'; '.join(parts)}")
 
 
+def suite_notes(cases: Sequence[Case], policies: Sequence[str]) -> list[str]:
+    """The lines under a suite's title: the policies that ran as off, the warm-ups ``--duration`` cut."""
+    as_off = as_off_notes(((p, Variant.of(p).profile) for p in policies), cases[0].config) if cases else []
+    return [line for line in (*as_off, warmups_cut(cases)) if line]
+
+
 def report(name: str, cases: Sequence[Case], rows: Sequence[Row], scale: float = 1.0) -> str:
     """The workloads and their bounds (the policies that ran as off, the warm-ups ``--duration`` cut), then every
     policy x workload."""
     policies = list(dict.fromkeys(r.policy for r in rows))
     title = f"Suite {name}{scaled(scale)}: {counted(len(cases), 'workload')} x {counted(len(policies), 'policy', 'policies')}"
-    as_off = as_off_notes(((p, Variant.of(p).profile) for p in policies), cases[0].config) if cases else []
-    head = "\n".join(filter(None, [title, *as_off, warmups_cut(cases)]))
+    head = "\n".join([title, *suite_notes(cases, policies)])
     return (f"{head}\n\n{workloads_table(cases)}\n\n{table(cases, rows)}"
             f"\n\nColumns:\n{legend((*WORKLOAD_COLUMNS, *RESULT_COLUMNS))}")
 

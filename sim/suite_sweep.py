@@ -27,7 +27,8 @@ from .cli import check_logs_whole
 from .report import Column, markdown
 from .suite_goal import WorkloadGoal, misses_said
 from .bound import Bound
-from .suite_run import Case, Row, _s, _tok, load_label, plan_suite, run_planned, standings, suite_doc
+from .errors import counted
+from .suite_run import Case, Row, _s, _tok, load_label, plan_suite, run_planned, standings, suite_doc, suite_notes
 
 
 @dataclass(frozen=True)
@@ -137,9 +138,10 @@ def report(sweep: Sweep, goal: Optional[tuple[str, Sequence[dict[str, list[Workl
         where.append("seeds " + ", ".join(map(str, sweep.seeds)))
     cases = sweep.cells[0].cases
     left = len(cases) - len(sweep.workloads())
-    text = (f"Suite {sweep.name} at {' and '.join(where)}: {len(cases)} workloads x {len(sweep.policies())} policies "
-            f"in each of {len(sweep.cells)} cells"
+    text = (f"Suite {sweep.name} at {' and '.join(where)}: {counted(len(cases), 'workload')} x "
+            f"{counted(len(sweep.policies()), 'policy', 'policies')} in each of {len(sweep.cells)} cells"
             + (f" ({left} calibration scenarios keep their own arrivals and are left out below)" if left else "")
+            + "".join("\n" + line for line in suite_notes(cases, sweep.policies()))  # alike in every cell
             + f"\n\nTTFT p99, by {sweep.axis}\n\n{by_cell_table(sweep, lambda r: _s(r.ttft_p99_s))}"
             f"\n\nInput tok/s, by {sweep.axis}\n\n{by_cell_table(sweep, lambda r: _tok(r.input_tok_s))}")
     if goal is not None:

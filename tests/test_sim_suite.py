@@ -330,6 +330,16 @@ def test_the_sweep_figure_draws_throughput_too_labels_every_log_axis_and_hides_n
     assert len({styles[x] for x in legend[:3]}) == 3, styles
 
 
+def test_a_sweep_says_what_a_single_suite_says_of_policies_run_as_off_and_warm_ups_cut(capsys):
+    """The sweep's header has the single suite's notes (before: only the single suite said them, and a sweep of
+    one policy read '1 policies')."""
+    assert cli(["simulate", "--suite", "calibration", "--duration", "40", "--profile", "pdi-0.5.23", "--seeds", "0,1"]) == 0
+    head = capsys.readouterr().out.split("\n\n", 1)[0].splitlines()
+    assert head[0] == "Suite calibration at seeds 0, 1: 7 workloads x 1 policy in each of 2 cells"
+    assert head[1].startswith("As off: pdi-0.5.23 ran with prefill_decode_interval 0 (off)")
+    assert head[2].startswith("Warm-ups: --duration 40 is shorter than these workloads' own runs") and len(head) == 3
+
+
 def test_log_ticks_label_a_narrow_a_middling_and_a_wide_range():
     pytest.importorskip("matplotlib")
     from prefill_delayer.sim.plot import _pyplot
