@@ -86,17 +86,12 @@ def policy_config(profile: str, dp_size: int, settings: Mapping[str, Any], sets:
         raise SimInputError(f"profile {profile!r}: {message}") from None
 
 
-# A parameter at whose value its policy defers no prefill and so runs as off does (SGLang's gate at interval 0, vLLM's
-# cadence at 1, their engines' defaults), by name; the spec's gloss of that value, ``(0: off)``, is in its ``valid``.
-AS_OFF = {"prefill_decode_interval": 0, "prefill_schedule_interval": 1}
-
-
 def as_off(profile: str, dp_size: int, settings: Mapping[str, Any], sets: Sequence[tuple[str, Any]] = ()) -> Optional[str]:
     """``prefill_decode_interval 0 (off)`` where ``profile``, so configured, defers no prefill and runs as off does
-    (its rows would otherwise read as the policy's own); None where it defers."""
+    (its rows would otherwise read as the policy's own: the spec's ``Param.runs_as_off``); None where it defers."""
     config = policy_config(profile, dp_size, settings, sets)
     for param in policy_of(profile).params:
-        value = AS_OFF.get(param.name)
+        value = param.runs_as_off
         if value is not None and getattr(config, param.name) == value:
             gloss = re.search(rf"\({value}: ([^)]*)\)", param.valid)
             return f"{param.name} {value}" + (f" ({gloss.group(1)})" if gloss else "")

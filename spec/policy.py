@@ -70,6 +70,7 @@ class Param:
     valid: str
     check: Callable[[Any], bool]
     server_arg: Optional[str] = None  # where an SGLang scheduler keeps it (server_args / get_schedule()), if anywhere
+    runs_as_off: Any = None  # a value at which the policy defers no prefill, so it serves as no policy would (None: none)
 
 
 @dataclass(frozen=True)

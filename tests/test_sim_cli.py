@@ -514,13 +514,25 @@ def test_a_policy_whose_settings_defer_nothing_is_said_to_run_as_off(capsys):
     assert capsys.readouterr().out.splitlines()[1].startswith("As off: cadence-hardened ran with prefill_schedule_interval 1")
 
 
-def test_the_settings_that_run_as_off_are_the_spec_s_own():
-    """AS_OFF names each parameter's value the spec glosses as off (or every step): a renamed parameter, or a new
-    default, fails here rather than leaving a policy's equivalence with off unsaid."""
-    from prefill_delayer.sim.policy_site import AS_OFF
-    from prefill_delayer.spec.registry import policies
+def test_a_policy_at_its_runs_as_off_value_serves_as_off_does(tmp_path):
+    """Every parameter the spec marks ``runs_as_off``: its policy at that value gives off's figures, run for run, on
+    a workload where a deferring policy would not (so the "As off" line says something true, and a spec that marks
+    a value that still defers fails here)."""
+    from prefill_delayer.spec.registry import all_profiles, policy_of
 
-    params = {p.name: p for pol in policies() for p in pol.params if p.name in AS_OFF}
-    assert set(params) == set(AS_OFF)
-    for name, value in AS_OFF.items():
-        assert params[name].default == value and f"({value}: " in params[name].valid, params[name]
+    marked = {p.name: p.runs_as_off for prof in all_profiles() for p in policy_of(prof).params if p.runs_as_off is not None}
+    assert set(marked) == {"prefill_decode_interval", "prefill_schedule_interval"}, marked
+    base = ["simulate", "--workload", "poisson", "--rate", "40", "--prompt-tokens", "500:3000", "--output-tokens",
+            "20:200", "--dp-size", "4", "--duration", "20", "--profile", "off"]
+    for name, value in marked.items():
+        profile = next(prof for prof in all_profiles() if any(p.name == name for p in policy_of(prof).params))
+        figures = {}
+        for setting in (value, value + 3):
+            out = tmp_path / f"{name}-{setting}.json"
+            assert cli([*base, "--profile", profile, "--set", f"{name}={setting}", "--json", str(out)]) == 0
+            off, run = (r["summary"] for r in json.loads(out.read_text())["results"])
+            figures[setting] = {k: (off[k], run[k]) for k in ("input_tok_s", "ttft_p50_s", "ttft_p99_s", "passes")}
+        assert all(a == b for a, b in figures[value].values()), (name, figures[value])
+        assert any(a != b for a, b in figures[value + 3].values()), (name, figures[value + 3])  # and it can differ
+
+

@@ -87,7 +87,7 @@ def has(c: Any, feature: str) -> bool:
 
 PARAMETERS = (
     Param("prefill_decode_interval", 0, f"integer in [0, {MAX_COUNT}] (0: off)", count_in(0, MAX_COUNT),
-          server_arg="prefill_decode_interval"),
+          server_arg="prefill_decode_interval", runs_as_off=0),
     Param("prefill_decode_interval_min_bs", 0, f"integer in [0, {MAX_COUNT}]", count_in(0, MAX_COUNT),
           server_arg="prefill_decode_interval_min_bs"),
     *layout_params(),

@@ -90,7 +90,7 @@ def has(c: Any, feature: str) -> bool:
 
 PARAMETERS = (
     Param("prefill_schedule_interval", 1, f"integer in [1, {MAX_COUNT}] (1: every step)", count_in(1, MAX_COUNT),
-          server_arg="prefill_schedule_interval"),
+          server_arg="prefill_schedule_interval", runs_as_off=1),
     Param("dp_sync_interval", 16, f"integer in [1, {MAX_COUNT}]", count_in(1, MAX_COUNT), server_arg="dp_sync_interval"),
     *layout_params(),
     Param("profile", RELEASE, "one of " + ", ".join(_PROFILE), lambda v: isinstance(v, str) and v in _PROFILE),
