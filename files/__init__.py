@@ -33,6 +33,7 @@ What every output option gets, and why:
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import signal
@@ -109,6 +110,8 @@ def _try_create_in(base: str) -> Optional[str]:
     try:
         fd, probe = tempfile.mkstemp(prefix=".prefill-delayer-probe-", dir=base)
     except OSError as exc:
+        if exc.errno == errno.ENOENT and os.path.isdir(base):  # /proc: "No such file or directory" of a folder that is
+            return "it exists, but its filesystem creates no files in it"
         return exc.strerror or str(exc)
     os.close(fd)
     os.unlink(probe)

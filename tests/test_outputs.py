@@ -340,6 +340,9 @@ def test_an_unusable_place_is_found_by_trying_not_by_os_access(command: Any, no_
     monkeypatch.setattr(os, "access", lambda *a, **k: True)
     refused(command(name, option, f"/proc/nope/{file}"), f"{option} /proc/nope/{file}: its folder /proc/nope would be "
             "created in /proc, which cannot take new files")
+    # an existing folder that creates no files is not "No such file or directory", as the error number has it
+    refused(command(name, option, f"/proc/{file}"), f"{option} /proc/{file}: its folder /proc cannot take new files (it "
+            "exists, but its filesystem creates no files in it)")
     refused(command(name, option, ""), f"{option} needs a file name, got an empty string")
 
 
