@@ -25,6 +25,28 @@ DRIFTED = "3,3,0,2,3,3,2,3"  # the draw of --drift random:3 with --seed 0: a dri
 MAX_RANK_SLOPE = (1.397 - 0.040) / 16384  # #35241's full 16k-chunk pass as one rank's slope, over the 40 ms floor
 
 
+def shell_lines(words: Sequence[str], width: int = 100) -> str:
+    """A command as the document shows it: whole, so that it pastes into a shell as it is, and broken with ``\\``
+    before an option (with its value) that would pass ``width``."""
+    units: list[str] = []
+    for word in words:
+        if units and units[-1].startswith("--") and " " not in units[-1] and not word.startswith("--"):
+            units[-1] += " " + word  # an option and its value stay on one line
+        else:
+            units.append(word)
+    lines = [""]
+    for word in units:
+        if lines[-1].strip() and len(lines[-1]) + 1 + len(word) > width - 2:
+            lines.append("    ")
+        lines[-1] += (" " if lines[-1].strip() else "") + word
+    return " \\\n".join(lines)
+
+
+def shell_loop(name: str, values: Sequence[str], argv: Sequence[str]) -> str:
+    """``prefill-delayer simulate ARGV`` once for each of ``values`` as ``$name``, as a shell loop that pastes as it is."""
+    return f"for {name} in {' '.join(values)}; do\n  prefill-delayer simulate {' '.join(argv)}\ndone"
+
+
 def run(argv: Sequence[str]) -> list[RunResult]:
     """What ``prefill-delayer simulate ARGV`` runs (the figure included), without printing."""
     parser = argparse.ArgumentParser(prog="prefill-delayer simulate")
@@ -117,7 +139,9 @@ def health_row(name: str, r: RunResult) -> str:
 def health_2x2() -> str:
     """#35721's 2x2 on 0.5.17's delayer and tracker: the DP controller's health-check dispatch x health checks on or off."""
     base = ["--scenario", "35241", "--profile", "sglang-0.5.17"]
-    rows = [f"```\nprefill-delayer simulate {' '.join(base)} --health-dispatch shared|separate --health-check-interval 2|off\n```", "",
+    rows = ["```\nfor dispatch in shared separate; do for interval in 2 off; do\n"
+            f"  prefill-delayer simulate {' '.join(base)} --health-dispatch $dispatch --health-check-interval $interval\n"
+            "done; done\n```", "",
             *HEALTH_HEADER]
     for dispatch, label in (("shared", "unpatched (probes on the user rotation, up to 0.5.22)"), ("separate", "patched (#35721, 0.5.23)")):
         for interval in ("2", "off"):
@@ -130,21 +154,26 @@ def health_2x2() -> str:
 def sensitivity() -> str:
     """What the #35241 result depends on that nobody measured: the resubmit gap, the probe interval, the idle pass."""
     base = ["--scenario", "35241", "--profile", "sglang-0.5.17", "--health-dispatch", "shared"]
-    rows = [f"```\nprefill-delayer simulate {' '.join(base)} --resubmit-gap G | --health-check-interval S | --cost-idle-pass T\n```", "",
-            *HEALTH_HEADER]
-    for gap in ("0", "0.002", "0.01", "0.03", "0.1", "0.3"):
+    gaps, intervals, idles = ("0", "0.002", "0.01", "0.03", "0.1", "0.3"), ("1", "5", "10"), ("0.0005", "0.005")
+    slowest = ["--cost-moe-token", "0", "--cost-attn-token", f"{MAX_RANK_SLOPE:.4g}"]
+    loops = [shell_loop("gap", gaps, [*base, "--resubmit-gap", "$gap"]),
+             shell_loop("interval", intervals, [*base, "--health-check-interval", "$interval"]),
+             shell_loop("idle", idles, [*base, "--cost-idle-pass", "$idle"]),
+             shell_loop("dispatch", ("shared", "separate"), [*base[:-1], "$dispatch", *slowest])]
+    rows = ["```\n" + "\n".join(loops) + "\n```", "", *HEALTH_HEADER]
+    for gap in gaps:
         (r,) = run([*base, "--resubmit-gap", gap])
         rows.append(health_row(f"resubmit gap {1000 * float(gap):g} ms", r))
-    for interval in ("1", "5", "10"):
+    for interval in intervals:
         (r,) = run([*base, "--health-check-interval", interval])
         rows.append(health_row(f"a probe every {interval} s", r))
-    for idle in ("0.0005", "0.005"):
+    for idle in idles:
         (r,) = run([*base, "--cost-idle-pass", idle])
         rows.append(health_row(f"a pass without a forward {1000 * float(idle):g} ms", r))
     # The cost of a pass where only some ranks prefill: the fitted MoE term makes it cheap; a pass
     # as long as its slowest rank (no MoE term, the whole 1.397 s on the attention slope) is the other end.
     for dispatch in ("shared", "separate"):
-        (r,) = run([*base[:-1], dispatch, "--cost-moe-token", "0", "--cost-attn-token", f"{MAX_RANK_SLOPE:.4g}"])
+        (r,) = run([*base[:-1], dispatch, *slowest])
         rows.append(health_row(f"{dispatch} dispatch, pass cost the slowest rank's ({MAX_RANK_SLOPE:.4g} s per token, no MoE term)", r))
     return "\n".join(rows)
 
@@ -200,14 +229,14 @@ def policies(out: Path) -> str:
         **{f"Poisson {pct}%": [*POISSON, "--rate", f"{sat * pct / 100:.3f}"] for pct in (50, 80, 100)},
     }
     parts = [f"Saturated throughput: `off` offered {OVERLOAD_RATE:g} req/s on `{' '.join(POISSON)}` completes "
-             f"{sat:.3f} req/s in its window; the Poisson rates are 50%, 80% and 100% of that. Each command's "
-             f"`--profile ...` is `--profile` once for each of: {', '.join(POLICY_PROFILES)}."]
+             f"{sat:.3f} req/s in its window; the Poisson rates are 50%, 80% and 100% of that. Each command has "
+             f"`--profile` once for each of: {', '.join(POLICY_PROFILES)}."]
     table: dict[str, list[RunResult]] = {}
     for name, argv in workloads.items():
         start = time.perf_counter()
         results = run([*argv, *profiles, *POLICY_SETS])
         table[name] = results
-        parts += ["", f"### {name}", "", "```", "prefill-delayer simulate " + " ".join([*argv, "--profile ...", *POLICY_SETS]),
+        parts += ["", f"### {name}", "", "```", shell_lines(["prefill-delayer", "simulate", *argv, *profiles, *POLICY_SETS]),
                   "```", "", f"({time.perf_counter() - start:.0f} s wall for {len(results)} profiles)", "",
                   policy_table(results)]
     _policies_plot(table, out / "sim-policies.png")

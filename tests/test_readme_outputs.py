@@ -74,3 +74,44 @@ def test_the_layout_table_names_every_benchmark() -> None:
     assert listed is not None, row
     there = {p.stem for p in (REPO / "benchmarks").glob("*.py") if p.stem != "__init__"}
     assert set(listed.group(1).split(",")) == there, row
+
+
+def _doc_commands(path: Path) -> list[tuple[str, dict[str, str]]]:
+    """Every ``prefill-delayer SUBCOMMAND`` line of a document's code blocks, continuation lines joined, with the
+    variables of the block's shell loops (``for NAME in FIRST ...``) and their first values."""
+    from prefill_delayer.cli import build_parser
+
+    subcommands = {a for action in build_parser()._actions for a in (getattr(action, "choices", None) or ())}
+    inside, block, found = False, [], []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            if inside:
+                text = "\n".join(block).replace("\\\n", " ")
+                loops = dict(re.findall(r"\bfor (\w+) in (\S+)", text))
+                found += [(x.strip(), loops) for x in text.splitlines()
+                          if x.split()[:1] == ["prefill-delayer"] and x.split()[1:2] and x.split()[1] in subcommands]
+            inside, block = not inside, []
+        elif inside:
+            block.append(line)
+    return found
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/simulation.md"])
+def test_every_documented_command_pastes_into_a_shell_as_it_is(doc: str) -> None:
+    """Each command the documents show parses as the CLI reads it: no ``...`` standing for a list, no ``a|b``
+    standing for a choice (docs/simulation.md had both: ``--profile ...``, ``--health-dispatch shared|separate``);
+    a shell loop's variables stand for one of their values."""
+    from prefill_delayer.cli import build_parser
+
+    commands = _doc_commands(REPO / doc)
+    assert len(commands) >= 10, commands
+    for line, loops in commands:
+        for name, first in loops.items():  # a loop's variable: its first value
+            line = line.replace(f"${name}", first)
+        words = shlex.split(line, comments=True)
+        words = words[: words.index("|")] if "|" in words else words  # a pipe into another program
+        assert "..." not in words and not any(re.fullmatch(r"[\w.-]+\|[\w.|-]+", w) for w in words), line
+        try:
+            build_parser().parse_args(words[1:])
+        except SystemExit as exc:
+            raise AssertionError(f"{doc}: {line}: exit {exc.code}") from None
