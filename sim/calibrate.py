@@ -158,7 +158,7 @@ def sensitivity() -> str:
     slowest = ["--cost-moe-token", "0", "--cost-attn-token", f"{MAX_RANK_SLOPE:.4g}"]
     loops = [shell_loop("gap", gaps, [*base, "--resubmit-gap", "$gap"]),
              shell_loop("interval", intervals, [*base, "--health-check-interval", "$interval"]),
-             shell_loop("idle", idles, [*base, "--cost-idle-pass", "$idle"]),
+             shell_loop("cost", idles, [*base, "--cost-idle-pass", "$cost"]),
              shell_loop("dispatch", ("shared", "separate"), [*base[:-1], "$dispatch", *slowest])]
     rows = ["```\n" + "\n".join(loops) + "\n```", "", *HEALTH_HEADER]
     for gap in gaps:
