@@ -26,7 +26,7 @@ from .engine import check_fits, simulate
 from .errors import SimInputError, counted
 from .options import BASE, PROGRESS_AUTO, SCENARIOS, settings
 from ..spec.registry import policy_of
-from .policy_site import as_off, binding_of, check_sets, policy_config
+from .policy_site import binding_of, check_sets, policy_config
 from .report import report, to_json
 from .trace import load_trace
 from .trackers import WINDOW, own_tracker
@@ -125,19 +125,6 @@ def build(args: argparse.Namespace) -> tuple[SimConfig, list[Variant], Workload,
 
         require_scheduler()  # one line and exit 2 where SGLang's scheduler does not import
     return config, variants, workload, s
-
-
-def as_off_notes(runs: Iterable[tuple[str, Optional[str]]], config: SimConfig) -> list[str]:
-    """A line for the policies (``(label, profile)``) whose settings here defer no prefill, so that they ran as off
-    does: said, where their rows would read as the policy's own."""
-    found: dict[str, list[str]] = {}
-    for label, profile in runs:
-        setting = as_off(profile, config.dp_size, config.policy_settings(), config.policy_params) if profile else None
-        if setting is not None:
-            found.setdefault(setting, []).append(label)
-    return [f"As off: {', '.join(labels[:-1]) + ' and ' if len(labels) > 1 else ''}{labels[-1]} ran with {setting}, "
-            f"at which {'they defer' if len(labels) > 1 else 'it defers'} no prefill and "
-            f"run{'' if len(labels) > 1 else 's'} as off does (--set {setting.split()[0]}=N for another interval)" for setting, labels in found.items()]
 
 
 def check_sets_no_option(sets: Sequence[tuple[str, Any]]) -> None:
@@ -425,9 +412,7 @@ def main(args: argparse.Namespace, stdout: Optional[TextIO] = None, stderr: Opti
                 raise SimInputError(str(exc).replace(staged, s["plot"])) from None
         if s["json"] is not None:
             out.write("--json", to_json(results, s["scenario"]) + "\n")
-    notes = as_off_notes(((r.variant.label, r.variant.profile) for r in results), config)
-    # the header's last lines: the header is the report's first paragraph
-    stdout.write(report(results, s["wide"]).replace("\n\n", "".join("\n" + n for n in notes) + "\n\n", 1) + "\n")
+    stdout.write(report(results, s["wide"]) + "\n")
     check_logs_whole((r.variant.tracked_name, r.log_failures) for r in results)
     return 0
 

@@ -7,6 +7,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Generic, Iterable, Optional, Sequence, TypeVar
 
+from .config import SimConfig
 from .result import RunResult, Summary
 
 
@@ -47,6 +48,21 @@ def _ended_early(results: Sequence[RunResult]) -> str:
     return f" (every request had arrived and been served{before}: {when}; each profile measured to the last)"
 
 
+def as_off_notes(runs: Iterable[tuple[str, Optional[str]]], config: SimConfig) -> list[str]:
+    """A line for the policies (``(label, profile)``) whose settings here defer no prefill, so that they ran as off
+    does: said, where their rows would read as the policy's own."""
+    from .policy_site import as_off  # the runtime's policy core: not for the parser, which imports this module
+
+    found: dict[str, list[str]] = {}
+    for label, profile in runs:
+        setting = as_off(profile, config.dp_size, config.policy_settings(), config.policy_params) if profile else None
+        if setting is not None:
+            found.setdefault(setting, []).append(label)
+    return [f"As off: {', '.join(labels[:-1]) + ' and ' if len(labels) > 1 else ''}{labels[-1]} ran with {setting}, "
+            f"at which {'they defer' if len(labels) > 1 else 'it defers'} no prefill and "
+            f"run{'' if len(labels) > 1 else 's'} as off does (--set {setting.split()[0]}=N for another interval)" for setting, labels in found.items()]
+
+
 def header(results: Sequence[RunResult]) -> str:
     r = results[0]
     c = r.config
@@ -77,6 +93,7 @@ def header(results: Sequence[RunResult]) -> str:
         f"Workload: {r.workload.describe()}{_drawn(r.workload, c)} (seed {c.seed})",
         f"Cost: {c.cost.describe()}",
         f"Measured: {s.sim_seconds:.0f} simulated s per profile after a {c.warmup_s:g} s warm-up{_ended_early(results)}",
+        *as_off_notes(((r.variant.label, r.variant.profile) for r in results), c),
     ]
     return "\n".join(lines)
 

@@ -23,12 +23,12 @@ from ..files import Outputs
 from ..runtime.decision_log import DECISION_LOG_ENV
 from ..spec.registry import all_profiles, policy_of
 from .bound import Bound, Slopes, arrivals, bound, capacity_tok_s, demand, percentile, window_capacity_tok_s
-from .cli import PLOT_SUFFIXES, as_off_notes, build, check_logs_whole, max_rate, options_named, running_slots
+from .cli import PLOT_SUFFIXES, build, check_logs_whole, max_rate, options_named, running_slots
 from .config import OFF, SimConfig, Variant
 from .engine import check_fits, run_variant
 from .errors import SimInputError, counted
 from .options import PROGRESS_AUTO, settings
-from .report import Column, legend, markdown
+from .report import Column, as_off_notes, legend, markdown
 from .result import RunResult
 from .suite import LIST, SUITES, Stream, SuiteWorkload, listing
 from .suite_goal import WorkloadGoal, goal_table, judge, missed, standings_table
