@@ -206,9 +206,9 @@ def sweep_figure(sweep: Sweep) -> Any:
         ("TTFT p99 (s)", p99, lambda b: math.nan if b.ttft(0.99) is None else b.ttft(0.99)),  # type: ignore[arg-type]
         ("input k tok/s", lambda r: r.input_tok_s / 1000, lambda b: b.input_tok_s / 1000),
     ]
-    drawn = {p: tuple(series(lambda k, w=w, p=p, f=f: f(found[(k, w, p)])) for w in names for _, f, _ in metrics)
-             for p in sweep.policies()}
-    groups = same(list(drawn), lambda p: drawn[p])  # alike in every panel: one line, "a = b"
+    drawn = {p: {(w, m): series(lambda k, w=w, p=p, f=f: f(found[(k, w, p)])) for w in names
+                 for m, (_, f, _) in enumerate(metrics)} for p in sweep.policies()}  # by (workload, metric)
+    groups = same(list(drawn), lambda p: tuple(drawn[p].values()))  # alike in every panel: one line, "a = b"
     labels = [" = ".join(g) for g in groups]
 
     def bound_of(k: int, w: str) -> Bound:
@@ -223,7 +223,7 @@ def sweep_figure(sweep: Sweep) -> Any:
         for m, (what, _, of_bound) in enumerate(metrics):
             ax = axes[2 * (j // cols) + m][j % cols]
             for i, g in enumerate(groups):
-                line, least, most = drawn[g[0]][names.index(w) * len(metrics) + m]
+                line, least, most = drawn[g[0]][(w, m)]
                 color = colors(i % colors.N)
                 shift = spread * (i - (len(groups) - 1) / 2)
                 # by load, the first drawn widest: it shows beside the later ones it meets (seeds' dots stand apart)
