@@ -318,7 +318,7 @@ def merge_digests(paths: list[str], jobs: Optional[int] = None) -> tuple[Report,
             sessions.append(Session(len(sessions), logs[0].config, logs[0].spec_hash, logs))
             members.append(run)
     report = Report(sessions)
-    report.notes += [n for d in digests for n in d.meta["notes"]]
+    report.notes += [n for d in digests for n in d.meta["notes"]] + _configurations_note(groups)
     for s, run in zip(sessions, members):
         model, _, step = _model(s.config)
         stitch = Stitcher(report, s, model, step)
@@ -343,6 +343,34 @@ def merge_digests(paths: list[str], jobs: Optional[int] = None) -> tuple[Report,
     divergence_is_no_known_defect(report)  # a node's divergence unmarks an agreement finding seen only across nodes
     data = summary_data(report, [])
     return report, data
+
+
+def _configurations_note(groups: dict[tuple, list[list[tuple[_Digest, int, int]]]]) -> list[str]:
+    """A note when the digests hold several configurations or gather groups, each named with its digests.
+
+    One check-log over the logs checks several configurations each against its own only when they ran one after
+    another (a restart with a new configuration) and refuses them at once (the logs of different deployments); a
+    digest keeps no clock of a run's end to tell the two, so the merge checks each run against its own and says so,
+    where it merged a world of 4 ranks with one of 2 without a word."""
+    if len(groups) < 2:
+        return []
+    heads = [(d.meta["sessions"][i]["ranks"][r]["header"], list(dict.fromkeys(d.path for run in runs for d, _, _ in run)))
+             for runs in groups.values() for d, i, r in runs[0][:1]]
+    configs = [h["config"] for h, _ in heads]
+    differ = [k for k in dict.fromkeys(k for c in configs for k in c) if len({json.dumps(c.get(k)) for c in configs}) > 1]
+    gathers = len({tuple(h["group_ranks"] or ()) for h, _ in heads}) > 1
+
+    def shown(h: dict[str, Any]) -> str:
+        parts = [f"world {h['world_size']}", *(f"{k}={h['config'].get(k)}" for k in differ)]
+        if gathers:
+            parts.append(f"gather ranks {', '.join(map(str, h['group_ranks']))}" if h["group_ranks"] else "the whole world")
+        return ", ".join(parts)
+
+    what = "configurations" if differ else "gather groups"
+    each = "; ".join(f"{shown(h)}: " + ", ".join(paths) for h, paths in heads)
+    return [f"the digests hold {len(heads)} {what} ({each}): "
+            "each run is checked against its own, as one check-log does for a restart with a new configuration; if "
+            "these are the digests of different deployments, merge each deployment's digests on their own"]
 
 
 def _ranges(run: list[tuple[_Digest, int, int]]) -> list[tuple[int, int]]:

@@ -120,6 +120,26 @@ def test_a_node_holding_every_rank_decides_everything_itself(logs: Path, tmp_pat
     assert {v["status"] for v in report["checks"]} == {"ok"}
 
 
+def test_a_merge_of_digests_of_two_worlds_says_so(digest: Path, tmp_path: Path) -> None:
+    """A world-4 run's digest and a world-2 run's merged as two runs with no note at all, where one check-log over
+    their logs notes the two configurations; the merge cannot tell a restart from two deployments (a digest keeps no
+    run's end), so it names each world's digest and says what it did."""
+    two = tmp_path / "world2"
+    write_inprocess_logs(two, world=2, passes=30)
+    rc, out, err, _ = _digest(two)
+    assert rc == 0, out + err
+    other = two.with_suffix(".digest")
+    rc, out, err = check_log("--merge", str(digest), str(other), "--json", str(tmp_path / "m.json"))
+    merged = _report(tmp_path / "m.json")
+    assert rc == 0 and err == "" and [s["world_size"] for s in merged["sessions"]] == [4, 2], out + err
+    note = (f"the digests hold 2 configurations (world 4, dp_size=4: {digest}; world 2, dp_size=2: {other}): each run is "
+            "checked against its own, as one check-log does for a restart with a new configuration; if these are the "
+            "digests of different deployments, merge each deployment's digests on their own")
+    assert merged["notes"] == [note] and f"notes:\n  {note}\n" in out, out
+    rc, out, err = check_log("--merge", str(other), "--json", str(tmp_path / "one.json"))
+    assert rc == 0 and _report(tmp_path / "one.json")["notes"] == [] and "notes:" not in out, out + err
+
+
 def test_node_digest_the_plain_function_is_the_node_step(logs: Path, tmp_path: Path) -> None:
     from prefill_delayer.conformance.digest import node_digest
 
