@@ -159,7 +159,7 @@ _CONFIG_FIELDS = {
 # The names a setting's message may use (``SimConfig``'s fields, the cost model's, the workloads' arguments),
 # each with the option that gives it.
 _OPTION_OF = {**{f: k for k, f in _CONFIG_FIELDS.items()}, **{f: k for k, f in _COST_OPTIONS.items()},
-              **{k: k for k in ("rate", "burst", "concurrency")}}
+              **{k: k for k in ("rate", "burst", "concurrency", "drift")}}
 
 
 def in_options(message: str) -> str:
@@ -235,7 +235,7 @@ def _workload(s: dict[str, Any], given: set[str], config: SimConfig) -> Workload
             else:
                 main = LongPrompt(concurrency=s["concurrency"], prompt=prompt, output=output,
                                   drift=_drift(s["drift"], config.dp_size))
-                _drift_within_prompt(s["drift"], main, config.chunked_prefill_size)
+                main.check_drift(config.chunked_prefill_size, given=s["drift"])
                 _concurrency_within_memory(main.concurrency, config)
     wave = s["wave"]
     if wave is None:
@@ -324,22 +324,6 @@ def _drift(text: Optional[str], dp_size: int) -> tuple:
     if len(values) != dp_size:
         raise SimInputError(f"--drift lists {len(values)} ranks, but --dp-size is {dp_size}")
     return tuple(values)
-
-
-def _drift_within_prompt(text: Optional[str], recipe: LongPrompt, chunk: int) -> None:
-    """A rank's first request starts its drift's chunks into its prompt: at as many chunks as the prompt has, or more,
-    none is left to prefill, and the source would cut the drift to the prompt's end (a drift other than the one given)."""
-    d = recipe.drift
-    drawn = bool(d) and d[0] == "random"
-    most = d[1] if drawn else max(d, default=0)
-    lo = recipe.prompt.lo
-    chunks = -(-lo // chunk)  # the shortest prompt's: any request may draw it
-    if most >= chunks:
-        prompt = f"a {lo:,}-token prompt" if lo == recipe.prompt.hi else f"the shortest prompt, {lo:,} tokens,"
-        raise SimInputError(f"--drift {text}: a rank's first request {'may start up to' if drawn else 'would start'} "
-                            f"{counted(most, 'chunk')} into its prompt, and {prompt} has {counted(chunks, 'chunk')} of at "
-                            f"most {chunk:,} tokens (--chunked-prefill-size): "
-                            f"nothing would be left to prefill; at most {chunks - 1}")
 
 
 class ProgressBar:

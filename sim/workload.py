@@ -180,6 +180,7 @@ class _ClosedLoopSource(Source):
 
     def bind(self, dp_size: int, chunk_tokens: int) -> None:
         recipe = self._recipe
+        recipe.check_drift(chunk_tokens)
         drift = recipe.drift_for(dp_size, self._rng)
         self._offsets = [d * chunk_tokens for d in drift]
         for client in range(recipe.concurrency):
@@ -187,7 +188,7 @@ class _ClosedLoopSource(Source):
             # Round-robin dispatch sends client i's first request to rank i % dp_size:
             # the first request of each rank starts drift[rank] chunks into its prompt.
             if client < dp_size and self._offsets[client]:
-                prompt = max(1, prompt - self._offsets[client])
+                prompt -= self._offsets[client]  # at least a token: check_drift
             self._push(0.0, prompt, recipe.output.draw(self._rng), client)
 
     def finished(self, req: Request, t: float) -> None:
@@ -328,6 +329,23 @@ class LongPrompt:
                 raise SimInputError(f"drift random:K needs an integer K >= 0, got {d!r}")
         elif not all(_is_int(x) and x >= 0 for x in d):
             raise SimInputError(f"drift must list whole chunks >= 0 per rank, got {d!r}")
+
+    def check_drift(self, chunk_tokens: int, given: Optional[str] = None) -> None:
+        """A rank's first request starts its drift's chunks into its prompt: at as many chunks as the prompt has, or
+        more, none is left to prefill, and the source would cut the drift to the prompt's end (a drift other than the
+        one given), so ``SimInputError``. It names the drift as ``given`` (``simulate --drift``'s text) or as this
+        recipe holds it, and the settings by their Python names (the command names its options)."""
+        d = self.drift
+        drawn = bool(d) and d[0] == "random"
+        most = d[1] if drawn else max(d, default=0)
+        lo = self.prompt.lo
+        chunks = -(-lo // chunk_tokens)  # the shortest prompt's: any request may draw it
+        if most >= chunks:
+            prompt = f"a {lo:,}-token prompt" if lo == self.prompt.hi else f"the shortest prompt, {lo:,} tokens,"
+            raise SimInputError(f"drift={repr(d) if given is None else given}: a rank's first request "
+                                f"{'may start up to' if drawn else 'would start'} {counted(most, 'chunk')} into its prompt, "
+                                f"and {prompt} has {counted(chunks, 'chunk')} of at most {chunk_tokens:,} tokens "
+                                f"(chunked_prefill_size): nothing would be left to prefill; at most {chunks - 1}")
 
     def drift_for(self, dp_size: int, rng: random.Random) -> list[int]:
         d = self.drift

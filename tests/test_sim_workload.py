@@ -139,3 +139,28 @@ def test_a_missing_or_binary_trace(tmp_path):
     bad.write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(TraceFileError, match=r"bin\.csv:1: not UTF-8"):
         load_trace(str(bad))
+
+
+@pytest.mark.parametrize("prompt, drift, flag, said", [
+    (Lengths(2000, 2000), (0, 2), "0,2", "a rank's first request would start 2 chunks into its prompt, and a 2,000-token "
+     "prompt has 2 chunks of at most 1,024 tokens (chunked_prefill_size): nothing would be left to prefill; at most 1"),
+    (Lengths(500, 4000), ("random", 1), "random:1", "a rank's first request may start up to 1 chunk into its prompt, and "
+     "the shortest prompt, 500 tokens, has 1 chunk of at most 1,024 tokens (chunked_prefill_size): nothing would be "
+     "left to prefill; at most 0"),
+])
+def test_a_drift_past_the_prompt_built_in_python_is_refused_as_the_command_refuses_it(capsys, prompt, drift, flag, said):
+    """Built in Python (``simulate --drift`` refused it), such a drift ran cut to the prompt's end without a word: each
+    rank's first request one token long. The run refuses it, in the command's words with the Python API's names."""
+    from prefill_delayer.cli import main as cli
+    from prefill_delayer.sim import SimConfig, Variant, simulate
+
+    workload = LongPrompt(concurrency=4, prompt=prompt, output=Lengths(1, 1), drift=drift)
+    config = SimConfig(dp_size=2, max_running_requests=8, chunked_prefill_size=1024, passes=20)
+    with pytest.raises(ValueError) as raised:
+        simulate(config, [Variant.of("off")], workload)
+    assert str(raised.value) == f"drift={drift!r}: {said}"
+    assert cli(["simulate", "--workload", "long-prompt", "--concurrency", "4", "--prompt-tokens", f"{prompt.lo}:{prompt.hi}",
+                "--output-tokens", "1", "--dp-size", "2", "--max-running-requests", "8", "--chunked-prefill-size", "1024",
+                "--passes", "20", "--profile", "off", "--drift", flag]) == 2
+    err = capsys.readouterr().err
+    assert err == f"prefill-delayer simulate: --drift {flag}: {said.replace('chunked_prefill_size', '--chunked-prefill-size')}\n"
