@@ -340,6 +340,8 @@ class Policy:
         rows, or the reduced row read slot by slot (what the fold gives, since every field is the op's own fold)."""
         if self.collective == ALL_GATHER:
             return self.gathered_view(o, c, received)
+        if o is PY:
+            self.check_reduced(c, received)
         (reduced,) = received
         values = []
         for kind, i, _ in self._fold_plan:
@@ -350,6 +352,40 @@ class Policy:
             else:
                 values.append(reduced[i])
         return self.view_cls(*values)
+
+    def check_reduced(self, c: Any, received: Any) -> None:
+        """``TypeError`` / ``ValueError`` naming what is wrong with the one row an all-reduce hands a rank (``check_rows``
+        for the reduced row): else two rows fail with a bare "too many values to unpack", a short row with an
+        ``IndexError``, and a value no reduce gives is read into a wrong view without a word. Each slot is its row
+        field reduced over the counted rows (a rank that is not counted sends 0): under ``ALL_REDUCE_SUM`` a sum, up to
+        ``dp_dim`` times one rank's largest value (a flag's sum, which ``sum`` and ``any`` read, up to ``dp_dim``);
+        under ``ALL_REDUCE_MAX`` the largest, which ``max`` and ``any`` read."""
+        highs = self._row_highs
+        assert highs is not None  # an all-reduce row holds counts and flags only (``__post_init__``)
+        summed = self.collective == ALL_REDUCE_SUM
+        scale = c.dp_dim if summed else 1
+        if type(received) is list and len(received) == 1 and type(received[0]) is list and len(received[0]) >= len(highs) \
+                and all(type(v) is int and 0 <= v <= hi * scale for v, hi in zip(received[0], highs)):
+            return  # the usual row, at a few checks per value: what the slow path below would accept
+        names = ", ".join(self.row_names)
+        what = f"the one row an {self.collective} hands each rank, its slots reduced over the DP ranks"
+        if isinstance(received, (str, bytes)) or not hasattr(received, "__len__"):
+            raise TypeError(f"rows: expected a list of 1 row ({what}), got {type(received).__name__} {received!r:.60}")
+        if len(received) != 1:
+            raise ValueError(f"rows: expected 1 row ({what}), got {len(received)}")
+        row = received[0]
+        if isinstance(row, (str, bytes)) or not hasattr(row, "__len__"):
+            raise TypeError(f"rows[0]: expected a row of {len(self.row)} values ({names}), got {type(row).__name__} {row!r:.60}")
+        if len(row) < len(self.row):  # a longer row is the reduced one whole: the runtime's envelope follows, unread
+            raise ValueError(f"rows[0]: expected {len(self.row)} values ({names}), got {len(row)}")
+        ranks = "1 DP rank's" if c.dp_dim == 1 else f"{c.dp_dim} DP ranks'"
+        for i, (f, v, hi) in enumerate(zip(self.row, row, highs)):
+            each = "0 or 1" if f.kind == BOOL else f"0 to {hi}"
+            how = f"the sum of {ranks} values, each {each}" if summed else f"the largest of the DP ranks' values, each {each}"
+            if not isinstance(v, int) or isinstance(v, bool) and (summed or f.kind != BOOL):  # a flag's maximum is a flag
+                raise TypeError(f"rows[0][{i}] ({f.name}): expected an int ({how}), got {type(v).__name__} {v!r:.60}")
+            if not 0 <= v <= hi * scale:
+                raise ValueError(f"rows[0][{i}] ({f.name}): expected an int in [0, {hi * scale}] ({how}), got {v!r}")
 
     @functools.cached_property
     def _fold_plan(self) -> tuple[tuple[str, Optional[int], bool], ...]:

@@ -173,3 +173,51 @@ def test_the_readme_stepping_api_names_a_malformed_row(rows, error, message):
     with pytest.raises(error) as info:
         policy.gathered_view(PY, config, rows)
     assert str(info.value).startswith(message), str(info.value)
+
+
+def _reduced_step(profile: str, dp_size: int):
+    from prefill_delayer.fsm.step import Step
+
+    return Step(Config(profile=profile, dp_size=dp_size))
+
+
+def test_the_stepping_api_takes_every_reduced_row_an_all_reduce_gives():
+    """A reduced slot is its field summed (or the largest) over the DP ranks: a sum of flags up to dp_size, a sum of
+    counts past one rank's MAX_COUNT; a reduced row whole, its envelope after the policy's fields, reads the same."""
+    from prefill_delayer.spec.fields import MAX_COUNT
+
+    vllm = _reduced_step("vllm-48246", 4)  # all_reduce_sum of (prefillable, timeout_expired)
+    assert vllm.view([[4, 1]]) == vllm.view([[4, 1, 7, 7]]) == vllm.policy.view_cls(n=4, num_prefillable=4, any_expired=True)
+    coalescer = _reduced_step("atom-coalescer", 2)  # all_reduce_sum; slot 1 the pending tokens, a count
+    assert coalescer.view([[2, 2 * MAX_COUNT, 0, 2, 0, 0, 0]]).pending == 2 * MAX_COUNT
+    atom = _reduced_step("atom-930", 4)  # all_reduce_max of four flags
+    assert atom.view([[1, True, 0, 1]]).any_force is True
+
+
+@pytest.mark.parametrize(("profile", "received", "error", "message"), [
+    ("vllm-48246", [[3, 1], [0, 0]], ValueError, "rows: expected 1 row (the one row an all_reduce_sum hands each rank, its "
+     "slots reduced over the DP ranks), got 2"),
+    ("vllm-48246", [], ValueError, "rows: expected 1 row (the one row an all_reduce_sum hands each rank"),
+    ("vllm-48246", None, TypeError, "rows: expected a list of 1 row (the one row an all_reduce_sum hands each rank, its "
+     "slots reduced over the DP ranks), got NoneType None"),
+    ("vllm-48246", [[3]], ValueError, "rows[0]: expected 2 values (prefillable, timeout_expired), got 1"),
+    ("vllm-48246", ["ab"], TypeError, "rows[0]: expected a row of 2 values (prefillable, timeout_expired), got str 'ab'"),
+    ("vllm-48246", [[5, 0]], ValueError, "rows[0][0] (prefillable): expected an int in [0, 4] (the sum of 4 DP ranks' "
+     "values, each 0 or 1), got 5"),
+    ("vllm-48246", [[-1, 0]], ValueError, "rows[0][0] (prefillable): expected an int in [0, 4]"),
+    ("vllm-48246", [["3", 0]], TypeError, "rows[0][0] (prefillable): expected an int (the sum of 4 DP ranks' values, each "
+     "0 or 1), got str '3'"),
+    ("vllm-48246", [[3, True]], TypeError, "rows[0][1] (timeout_expired): expected an int (the sum of"),
+    ("atom-coalescer", [[0, 4 * 2**31 - 3, 0, 0, 0, 0, 0]], ValueError, "rows[0][1] (pending_tokens): expected an int in "
+     "[0, 4294967294] (the sum of 2 DP ranks' values, each 0 to 2147483647), got 8589934589"),
+    ("atom-930", [[2, 0, 0, 0]], ValueError, "rows[0][0] (prefillable): expected an int in [0, 1] (the largest of the DP "
+     "ranks' values, each 0 or 1), got 2"),
+])
+def test_the_stepping_api_names_a_malformed_reduced_row(profile, received, error, message):
+    """An all-reduce policy read the one reduced row with no check: two rows raised a bare 'too many values to unpack',
+    a short row an IndexError, and a value no reduce gives (a negative or a str, more prefillable ranks than there
+    are) was read into a wrong view without a word."""
+    step = _reduced_step(profile, 2 if profile == "atom-coalescer" else 4)
+    with pytest.raises(error) as info:
+        step.view(received)
+    assert str(info.value).startswith(message), str(info.value)
