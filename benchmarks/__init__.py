@@ -37,7 +37,7 @@ def verdict(missed: Sequence[str], not_judged: Sequence[str] = ()) -> int:
 def parser(module: str, doc: str) -> argparse.ArgumentParser:
     """The CLI's parser: a bad option is one line naming it, exit 2 (a traceback and exit 1 would read as a missed
     target)."""
-    from ..cli.main import Parser
+    from ..cli.command import Parser
 
     return Parser(prog=f"python -m prefill_delayer.benchmarks.{module}", description=doc.split("\n\n")[0])
 
@@ -84,7 +84,8 @@ def run_main(prog: str, body: Callable[[], int]) -> int:
     """``body()``'s status; Ctrl-C as the CLI says it (one line, 130) and SIGTERM alike (one line, 143), each after the
     benchmark's ``with`` blocks have removed what they made. Its report's reader gone (``| head -1``) ends it as the
     CLI ends (141, quiet), and a full stdout is one line naming it (2): neither is a traceback and 1, a missed target."""
-    from ..cli.main import broken_pipe, interrupted, stdout_named
+    from ..cli import interrupted
+    from ..cli.command import broken_pipe, stdout_named
     from ..files import OutputError
 
     previous = signal.signal(signal.SIGTERM, _terminate)

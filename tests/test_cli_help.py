@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from prefill_delayer.cli import main as cli
-from prefill_delayer.cli.main import SUBCOMMANDS, build_parser
+from prefill_delayer.cli.command import SUBCOMMANDS, build_parser
 from prefill_delayer.spec.hashing import spec_hash
 
 

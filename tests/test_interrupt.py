@@ -6,7 +6,7 @@ through a launcher that stalls it right after it has staged its first output fil
 (``files._fill``, through which every output passes; ``replay``, which writes
 nothing, stalls in its replay): the interrupt then lands where a half-written
 output would show. ``prove`` is also interrupted unpatched, while its worker
-processes prove.
+processes prove; and the command, while it loads its own modules.
 """
 
 from __future__ import annotations
@@ -52,6 +52,32 @@ else:
     module.replay = stalled
 from prefill_delayer.cli import main
 sys.exit(main(sys.argv[1:]))
+"""
+
+
+IMPORT_LAUNCHER = r"""
+import runpy, signal, sys
+target, entry, *argv = sys.argv[1:]
+assert target not in sys.modules, f"{target} is loaded before the command starts"
+fired = []
+
+
+def interrupt_as_it_loads(event, args):
+    # Ctrl-C at the moment the command starts importing `target`, as one that lands while it loads
+    if event == "import" and args[0] == target and not fired:
+        fired.append(target)
+        signal.raise_signal(signal.SIGINT)
+
+
+if entry == "console-script":  # what the installed script does: import its entry point's object, call it
+    from importlib.metadata import entry_points
+    (script,) = entry_points(group="console_scripts", name="prefill-delayer")
+    sys.argv = [script.name, *argv]
+    sys.addaudithook(interrupt_as_it_loads)
+    sys.exit(script.load()())
+sys.argv = ["prefill_delayer.cli", *argv]
+sys.addaudithook(interrupt_as_it_loads)
+runpy.run_module("prefill_delayer.cli", run_name="__main__", alter_sys=True)
 """
 
 
@@ -185,3 +211,14 @@ def test_interrupted_while_its_workers_run_ends_them(tmp_path: Path, argv: list[
         time.sleep(0.05)
     assert not [w for w in workers if _alive(w)], "a worker outlived the command"
     assert _tree(tmp_path / "out") == []
+
+
+@pytest.mark.parametrize("entry", ["console-script", "python-m"])
+def test_ctrl_c_while_the_command_loads_is_one_line_exit_130(tmp_path: Path, entry: str) -> None:
+    """An interrupt that lands while the command imports its own modules (here: argparse, for its parser), before
+    any subcommand runs: one line and 130, not a traceback of the import."""
+    done = subprocess.run([sys.executable, "-c", IMPORT_LAUNCHER, "argparse", entry, "prove", "--help"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert (done.returncode, done.stderr, done.stdout) == (130, "prefill-delayer: interrupted\n", "")
+

@@ -1,4 +1,5 @@
-"""The ``prefill-delayer`` command: prove, replay, docs, simulate, check-log.
+"""The ``prefill-delayer`` command: prove, replay, docs, simulate, check-log (``run``; the package's ``main``
+guards Ctrl-C while this module loads, then calls it).
 
 ``SUBCOMMANDS`` is the one table: each row names the module that adds the
 subcommand's options (argparse only, cheap), checks them before any work, and
@@ -25,7 +26,8 @@ import sys
 from dataclasses import dataclass
 from typing import IO, Any, Iterator, NoReturn, Optional, Sequence
 
-INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
+from . import INTERRUPTED, interrupted
+
 READER_GONE = 141  # 128 + SIGPIPE, what a shell reports for a filter whose reader closed the pipe (`| head`)
 
 
@@ -207,7 +209,7 @@ def stdout_named() -> Iterator[None]:
         sys.stdout = stdout
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def run(argv: Optional[Sequence[str]] = None) -> int:
     """Exit 2 with one line on stderr for any bad input; 130, with one line, on Ctrl-C."""
     with stdout_named():
         return _main(argv)
@@ -243,12 +245,3 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     except KeyboardInterrupt:
         return interrupted(name)
 
-
-def interrupted(name: str) -> int:
-    """Ctrl-C as every command of the package says it: one line naming the command, the status a shell reports."""
-    print(f"{name}: interrupted", file=sys.stderr)
-    return INTERRUPTED
-
-
-if __name__ == "__main__":
-    sys.exit(main())
