@@ -13,6 +13,7 @@ import sys
 from typing import Any, Optional
 
 from ..files import Outputs
+from ..spec.config import plain
 
 # What conformance.plot's writer (matplotlib's savefig) writes; each is tested.
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
@@ -60,7 +61,7 @@ def options_problem(args: Any) -> Optional[str]:
     from ..conformance.logread import LogError
 
     if args.sample is not None and not 0.0 <= args.sample <= 1.0:
-        return f"--sample must be a share in [0, 1], got {args.sample}"
+        return f"--sample must be a share in [0, 1], got {plain(args.sample)}"
     if args.jobs is not None and args.jobs < 1:
         return f"--jobs must be an integer >= 1, got {args.jobs}"
     if args.merge and (args.traces is not None or args.plot is not None or args.digest is not None or args.exact

@@ -7,23 +7,15 @@ check returns the message, or ``None`` when the value is fine.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Optional
 
 from ..files import Outputs
-from ..spec.config import MAX_WORLD_SIZE
+from ..spec.config import MAX_WORLD_SIZE, plain
 from ..spec.errors import ConfigError
 from ..spec.registry import all_profiles, known_profile, policies, policy_of, resolve_profile
 
 # Z3 takes its timeout as an unsigned 32-bit number of milliseconds.
 MAX_TIMEOUT_MS = 2**32 - 1
-
-
-def plain(x: float) -> str:
-    """A number as a user would type it: 1048576, not 1.04858e+06; -1, not -1.0."""
-    if isinstance(x, float) and math.isfinite(x) and x.is_integer() and abs(x) < 1e16:
-        return str(int(x))
-    return str(x)
 
 
 def positive_int_problem(option: str, value: int, high: Optional[int] = None) -> Optional[str]:

@@ -29,6 +29,7 @@ import warnings
 from datetime import timedelta
 from typing import Optional
 
+from ..spec.config import plain
 from ..spec.errors import ConfigError
 from ..spec.fields import reason_name
 from ..spec.registry import DEFAULT_PROFILE, host_profiles, policy_of, resolve_host_profile
@@ -86,7 +87,7 @@ def _problem(args: argparse.Namespace) -> Optional[str]:
     for name in ("timeout_s", "pass_ms", "max_delay_ms"):
         value = getattr(args, name)
         if not (math.isfinite(value) and value > 0):
-            return f"--{name.replace('_', '-')} must be a number > 0, got {value}"
+            return f"--{name.replace('_', '-')} must be a number > 0, got {plain(value)}"
     try:
         args.profile = resolve_host_profile(args.profile)
     except ConfigError as err:

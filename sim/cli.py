@@ -18,7 +18,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence, TextIO
 from ..files import Outputs
 from ..runtime.core import crosscheck_on
 from ..runtime.decision_log import DECISION_LOG_ENV, options_from
-from ..spec.config import in_setting_words
+from ..spec.config import in_setting_words, plain
 from ..spec.errors import ConfigError
 from .config import SimConfig, Variant
 from .cost import SGLANG_32880, SGLANG_35241, CostModel
@@ -88,7 +88,7 @@ def build(args: argparse.Namespace) -> tuple[SimConfig, list[Variant], Workload,
         raise SimInputError(f"--dp-size must be an integer in [1, {MAX_DP_SIZE}], got {dp!r}")
     warmup, duration = s["warmup"], s["duration"]
     if isinstance(warmup, (int, float)) and isinstance(duration, (int, float)) and 0 < duration <= warmup:
-        raise SimInputError(f"--warmup {warmup:g} must be shorter than --duration {duration:g}: the tables measure the "
+        raise SimInputError(f"--warmup {plain(warmup)} must be shorter than --duration {plain(duration)}: the tables measure the "
                             "simulated time after the warm-up, and none would be left")
     config = _config(s)
     _probes_within_capacity(config)
@@ -162,18 +162,25 @@ _OPTION_OF = {**{f: k for k, f in _CONFIG_FIELDS.items()}, **{f: k for k, f in _
               **{k: k for k in ("rate", "burst", "concurrency", "drift")}}
 
 
+_FLOAT = r"-?\d+(?:\.\d+(?:e[+-]\d+)?|e[+-]\d+)"  # a finite float as Python writes it (-5.0, 0.5, 1e-05, 1.5e+20)
+
+
 def in_options(message: str) -> str:
     """A message of ``SimConfig``, ``CostModel`` or a workload names their fields (the Python API's names:
     ``invalid max_running_requests=0``); the command's user gave options, so it names those
-    (``invalid --max-running-requests 0``)."""
+    (``invalid --max-running-requests 0``), its value as they typed it (``invalid --duration -5``, where the Python
+    API's float reads ``duration_s=-5.0``: the option's ``float`` added the ``.0``)."""
     def option(m: re.Match) -> str:
         key = _OPTION_OF.get(m.group(2))
         if key is None or not (m.group(3) or "_" in m.group(2)):  # a plain word is prose unless ``=`` follows it
             return m.group(0)
-        return _flag(key) + (" " if m.group(3) else "")
+        if not m.group(3):
+            return _flag(key)
+        return f"{_flag(key)} {plain(float(m.group(4))) if m.group(4) else ''}"
 
-    # ``[cost ]name[ (a gloss)]=`` and any other snake_case name of a setting; a leading ``rate must ...``
-    message = re.sub(r"(?<![\w-])(?<!--set )(cost )?([a-z]+(?:_[a-z]+)*)((?: \([^)]*\))?=)?", option, message)
+    # ``[cost ]name[ (a gloss)]=[value]`` and any other snake_case name of a setting; a leading ``rate must ...``
+    message = re.sub(rf"(?<![\w-])(?<!--set )(cost )?([a-z]+(?:_[a-z]+)*)((?: \([^)]*\))?=)?((?<==){_FLOAT}(?![\w.]))?",
+                     option, message)
     return _unset_in_words(re.sub(r"^(rate|burst|concurrency)( )", lambda m: _flag(m.group(1)) + " ", message))
 
 
@@ -272,7 +279,7 @@ def _rate_within_capacity(rate: Any, config: SimConfig) -> None:
     if rate > max_rate(config):
         shortest = config.cost.shortest_forward_s()
         raise SimInputError(
-            f"--rate {rate:g}: {counted(rate * shortest, 'request')} would arrive in one {shortest:g} s pass, "
+            f"--rate {plain(rate)}: {counted(rate * shortest, 'request')} would arrive in one {shortest:g} s pass, "
             f"more than {_at_once(config)}; at most {max_rate(config):,.0f} req/s here")
 
 
@@ -290,7 +297,7 @@ def _probes_within_capacity(config: SimConfig) -> None:
     if interval is not None and 1.0 / interval > most:
         shortest = config.cost.shortest_forward_s()
         raise SimInputError(
-            f"--health-check-interval {interval:g}: {counted(shortest / interval, 'probe')} would arrive in one "
+            f"--health-check-interval {plain(interval)}: {counted(shortest / interval, 'probe')} would arrive in one "
             f"{shortest:g} s pass, more than {_at_once(config)}; at least {1.0 / most:.3g} s here")
 
 

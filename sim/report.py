@@ -7,6 +7,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Generic, Iterable, Optional, Sequence, TypeVar
 
+from ..spec.config import plain
 from .config import SimConfig
 from .result import RunResult, Summary
 
@@ -41,7 +42,7 @@ def _ended_early(results: Sequence[RunResult]) -> str:
     if not drained or any(r.capped for r in results):
         return ""
     duration = results[0].config.duration_s
-    before = f", before --duration {duration:g}" if duration is not None and math.isfinite(duration) else ""
+    before = f", before --duration {plain(duration)}" if duration is not None and math.isfinite(duration) else ""
     if len(results) == 1:
         return f" (every request had arrived and been served by {drained[0].end_s:.1f} s{before})"
     when = ", ".join(f"{r.variant.label} {r.drained_s:.1f} s" for r in drained)
@@ -74,7 +75,7 @@ def header(results: Sequence[RunResult]) -> str:
     for name, value in (("watermark", c.token_usage_low_watermark), ("queue_min_ratio", c.queue_min_ratio),
                         ("max_delay_ms", c.max_delay_ms), ("prefill_max_requests", c.prefill_max_requests)):
         if value is not None:
-            knobs.append(f"{name} {value:g}")
+            knobs.append(f"{name} {plain(value)}")
     if c.page_size != 1:
         knobs.append(f"page {c.page_size}")
     if c.scheduler != "model":
@@ -84,7 +85,7 @@ def header(results: Sequence[RunResult]) -> str:
         dpc.append("no health checks")
     else:
         dispatch = sorted({v.variant.health_dispatch for v in results})
-        dpc.append(f"GET /health every {c.health_check_interval_s:g} s ({'/'.join(dispatch)} dispatch)")
+        dpc.append(f"GET /health every {plain(c.health_check_interval_s)} s ({'/'.join(dispatch)} dispatch)")
     if c.resubmit_gap_s:
         dpc.append(f"resubmit gap {1000 * c.resubmit_gap_s:g} ms")
     lines = [

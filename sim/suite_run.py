@@ -21,6 +21,7 @@ from typing import Any, Mapping, Optional, Sequence, TextIO
 
 from ..files import Outputs
 from ..runtime.decision_log import DECISION_LOG_ENV
+from ..spec.config import plain
 from ..spec.registry import all_profiles, policy_of
 from .bound import Bound, Slopes, arrivals, bound, capacity_tok_s, demand, percentile, window_capacity_tok_s
 from .cli import PLOT_SUFFIXES, build, check_logs_whole, max_rate, options_named, running_slots
@@ -125,7 +126,7 @@ def plan(spec: SuiteWorkload, profiles: Sequence[str], s: dict[str, Any], given:
         rate = spec.load * capacity_tok_s(slopes, config, d) / d.prompt
         most = max_rate(config)
         if rate > most:  # a --load-scale far past the suite's loads: named as the option given, not as a --rate
-            raise SimInputError(f"--load-scale {scale:g}: suite workload {spec.name} would offer {rate:,.0f} req/s, more "
+            raise SimInputError(f"--load-scale {plain(scale)}: suite workload {spec.name} would offer {rate:,.0f} req/s, more "
                                 f"than its {config.dp_size} ranks' {running_slots(config)} running "
                                 f"slots take in one {config.cost.floor_s:g} s pass ({most:,.0f} req/s): at most "
                                 f"--load-scale {scale * most / rate:.3g} there")
@@ -145,7 +146,7 @@ def _scaled(spec: SuiteWorkload, config: SimConfig, s: dict[str, Any], given: se
     if "duration" in given:
         d = s["duration"]
         if isinstance(d, bool) or not isinstance(d, (int, float)) or not math.isfinite(d) or d <= 0:
-            raise SimInputError(f"--duration must be simulated seconds > 0, got {d!r}")
+            raise SimInputError(f"--duration must be simulated seconds > 0, got {plain(d)}")
         if d < own:  # shorter: the warm-up shrinks with it
             changes.update(duration_s=float(d), warmup_s=warm * d / own)
         else:  # longer: the same warm-up, a longer measured window (a p99 from more requests)
@@ -449,8 +450,9 @@ def run_suite(name: str, profiles: Sequence[str], s: dict[str, Any], given: set[
 
 
 def load_label(scale: float) -> str:
-    """How a ``--load-scale`` is named in titles, columns and progress lines: x1.03."""
-    return f"x{scale:g}"
+    """How a ``--load-scale`` is named in titles, columns and progress lines: x1.03, as it was typed (two scales
+    ``:g`` rounds alike would read as one)."""
+    return f"x{plain(scale)}"
 
 
 def scaled(scale: float) -> str:
@@ -477,9 +479,9 @@ def check_load_scales(xs: Sequence[Any]) -> list[float]:
     seen: list[float] = []
     for x in xs:
         if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
-            raise SimInputError(f"--load-scale must be a number > 0 (1.03: 3% more load), got {x!r}")
+            raise SimInputError(f"--load-scale must be a number > 0 (1.03: 3% more load), got {plain(x)}")
         if float(x) in seen:
-            raise SimInputError(f"--load-scale {x:g} is given twice")
+            raise SimInputError(f"--load-scale {plain(x)} is given twice")
         seen.append(float(x))
     return seen
 
@@ -496,7 +498,7 @@ def warmups_cut(cases: Sequence[Case]) -> str:
     duration = next(c.config.duration_s for c in cases if c.own is not None)
     parts = [f"{_s(warm)} for {', '.join(names)} ({own:g} s of {'its' if len(names) == 1 else 'their'} {whole:g} s)"
              for (warm, own, whole), names in groups.items()]
-    return (f"Warm-ups: --duration {duration:g} is shorter than these workloads' own runs, so each warm-up was cut in "
+    return (f"Warm-ups: --duration {plain(duration)} is shorter than these workloads' own runs, so each warm-up was cut in "
             f"proportion: {'; '.join(parts)}")
 
 

@@ -18,6 +18,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Iterator, Optional, Sequence, Union
 
+from ..spec.config import plain
 from .errors import SimInputError, counted
 
 
@@ -96,13 +97,13 @@ def _is_int(x: object) -> bool:
 
 def _positive_rate(name: str, rate: object) -> float:
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate <= 0:
-        raise SimInputError(f"{name} must be a finite number of requests per second > 0, got {rate!r}")
+        raise SimInputError(f"{name} must be a finite number of requests per second > 0, got {plain(rate)}")
     return float(rate)
 
 
 def _start_time(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise SimInputError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
+        raise SimInputError(f"{name} must be a finite number of seconds >= 0, got {plain(value)}")
     return float(value)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from typing import Any, Callable, ClassVar
 
 from .errors import ConfigError
@@ -29,6 +30,15 @@ def is_int(x: Any) -> bool:
 
 def is_real(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def plain(x: Any) -> str:
+    """A value as a user would type it on a command line: a whole float without the ``.0`` argparse's ``float`` gives
+    it (-1, not -1.0; 1048576, not 1.04858e+06), any other number as Python writes it (0.5, 1e-05), anything else as
+    its repr (quoted text). What a message or header quoting an option's value shows."""
+    if isinstance(x, float) and math.isfinite(x) and x.is_integer() and abs(x) < 1e16:
+        return str(int(x))
+    return str(x) if is_real(x) else repr(x)
 
 
 def parse_setting(text: str) -> tuple[str, Any]:

@@ -218,7 +218,7 @@ def test_suite_list(capsys):
     (["--suite", "default", "--wide"], "--wide does not apply with --suite: the suite's table has its own columns"),
     (["--suite", "default", "--rate", "3"], "--progress/--no-progress, --goal and --load-scale do"),
     # named as the option given (it used to name a --rate the user never gave)
-    (["--suite", "default", "--load-scale", "1e9"], "--load-scale 1e+09: suite workload poisson-50 would offer"),
+    (["--suite", "default", "--load-scale", "1e9"], "--load-scale 1000000000: suite workload poisson-50 would offer"),
     (["--suite", "default", "--passes", "0"], "invalid --passes 0: expected an integer >= 1"),
     (["--suite", "default", "--seed", "-1"], "invalid --seed -1: expected an integer >= 0"),
 ])

@@ -18,7 +18,7 @@ from typing import Any, Iterable, Optional
 
 from ...fields import MAX_COUNT
 from ...ops import AnyValue
-from ...config import Layout
+from ...config import Layout, plain
 from .config import MAX_QUEUE_MIN_RATIO
 from .profiles import QUEUE_CAPACITY, features_of
 from .properties import NO_DECODE_HOLD
@@ -97,7 +97,7 @@ def concrete(fam: Family, scope: Scope) -> Family:
 def _ratio_text(ratio: Any) -> str:
     if ratio is None:
         return "off"
-    return f"any in (0, {int(MAX_QUEUE_MIN_RATIO)}]" if ratio == ANY_RATIO else repr(ratio)
+    return f"any in (0, {int(MAX_QUEUE_MIN_RATIO)}]" if ratio == ANY_RATIO else plain(ratio)  # as --queue-min-ratio was typed
 
 
 def scope_ranges(fams: Iterable[Family]) -> str:
