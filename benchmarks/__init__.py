@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from dataclasses import dataclass
 from types import FrameType
 from typing import Callable, NoReturn, Optional, Sequence
 
@@ -69,6 +70,61 @@ def integers_at_least(low: int) -> Callable[[str], list[int]]:
         return values
 
     return parse
+
+
+# The tables: each column as wide as its widest cell, so that the rows line up whatever the names. A benchmark prints
+# a row as soon as it is measured (its runs take seconds to minutes each), so the widths cannot wait for the last row:
+# each column is given the cells known before the first one (the profiles, workloads and world sizes to run) and the
+# width its numbers' format fills, and takes the widest of those and its header. Columns are two spaces apart, so that
+# a cell's own single spaces (``poisson, saturated``) never read as a column's edge.
+GUTTER = "  "
+US_WIDTH = 8  # µs per pass to one decimal: up to 99999.9
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column: its header, the cells known before the first row, the width its numbers fill, and whether it
+    reads left-aligned (names) or right-aligned (numbers, so that their digits line up)."""
+
+    header: str
+    known: Sequence[str] = ()
+    width: int = 0
+    left: bool = False
+
+
+class Table:
+    """Rows of ``len(columns)`` cells, each padded to its column's width; the header is a row like the others."""
+
+    def __init__(self, *columns: Column) -> None:
+        self.columns = columns
+        self.widths = [max(c.width, len(c.header), *(len(cell) for cell in c.known)) for c in columns]
+
+    def header(self) -> str:
+        return self.row(*(c.header for c in self.columns))
+
+    def row(self, *cells: str) -> str:
+        if len(cells) != len(self.columns):
+            raise ValueError(f"a row of {len(cells)} cells in a table of {len(self.columns)} columns")
+        padded = (cell.ljust(w) if c.left else cell.rjust(w) for c, w, cell in zip(self.columns, self.widths, cells))
+        return GUTTER.join(padded).rstrip()
+
+
+def timing_columns(other: str) -> list[Column]:
+    """The columns the timing benchmarks share (``runtime`` against the seed, ``sglang_shell`` against SGLang's own
+    class): wall or cpu, the µs per pass of the bare collective, ours and ``other``, ours and ``other``'s extra beyond
+    the bare collective, and the ratio of the extras."""
+    microseconds = ("bare", "ours", other, "ours extra", f"{other} extra")
+    return [Column("time", ("wall", "cpu"), left=True), *(Column(h, width=US_WIDTH) for h in microseconds), Column("ratio")]
+
+
+def us_cell(x: Optional[float]) -> str:
+    """A timing cell: µs per pass to one decimal, ``-`` where there is none (the seed not timed)."""
+    return "-" if x is None else f"{x:.1f}"
+
+
+def ratio_cell(x: Optional[float]) -> str:
+    """A ratio cell, ``-`` where the denominator is within noise."""
+    return "-" if x is None else f"{x:.2f}"
 
 
 class Terminated(BaseException):

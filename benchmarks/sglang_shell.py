@@ -29,7 +29,7 @@ import warnings
 from datetime import timedelta
 from typing import Any, Callable, Optional
 
-from . import at_least, parser, run_main, verdict
+from . import Table, at_least, parser, ratio_cell, run_main, timing_columns, us_cell, verdict
 from .runtime import spawn_ranks
 
 ROW = 9
@@ -176,15 +176,16 @@ def _run(args: argparse.Namespace) -> int:
     timings, reads = run(args.world, args.passes, args.rounds)
     print(f"SGLang {sglang_version}, world {args.world}, {args.passes} passes x {args.rounds} rounds; µs per pass, medians;")
     print("extra = cost beyond the bare collective, paired by round; wall = slowest rank, cpu = main-thread CPU, mean over ranks")
-    print(f"{'':>4} {'bare':>8} {'ours':>8} {'theirs':>8} {'ours extra':>11} {'theirs extra':>13} {'ratio':>6}")
+    table = Table(*timing_columns("theirs"))
+    print(table.header())
     for i, kind in enumerate(("wall", "cpu")):
         med = {name: statistics.median(t[i] for t in ts) for name, ts in timings.items()}
         extra = {name: statistics.median(t[i] - b[i] for t, b in zip(timings[name], timings["bare"]))
                  for name in ("ours", "theirs")}
         cpu_extra = extra  # the target is judged on CPU (the last row): robust to waiting and a busy machine
-        ratio = f"{extra['ours'] / extra['theirs']:6.2f}" if extra["theirs"] > 0 else f"{'-':>6}"  # noise above the floor
-        print(f"{kind:>4} {med['bare']:8.1f} {med['ours']:8.1f} {med['theirs']:8.1f} {extra['ours']:11.1f} "
-              f"{extra['theirs']:13.1f} {ratio}", flush=True)
+        shown = extra["ours"] / extra["theirs"] if extra["theirs"] > 0 else None  # else: noise above the floor
+        print(table.row(kind, *(us_cell(med[name]) for name in ("bare", "ours", "theirs")), us_cell(extra["ours"]),
+                        us_cell(extra["theirs"]), ratio_cell(shown)), flush=True)
     print(f"host reads per pass (.item() + .tolist(), counted): ours {reads['ours']:.2f}, theirs {reads['theirs']:.2f}")
     print(f"target: ours extra <= {RATIO_TARGET:g} x theirs (cpu)")
     if cpu_extra["theirs"] <= 0:

@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Optional
 
-from . import at_least, parser, run_main, verdict
+from . import Column, Table, at_least, parser, run_main, verdict
 from ..runtime.core import crosscheck_on
 from ..runtime.delayer import CROSSCHECK_ENV
 from ..sim.options import SIMULATED as PROFILES
@@ -87,7 +87,12 @@ def _run(args: argparse.Namespace, gathers: list[str], crosscheck: bool) -> int:
     worst = 0.0
     slowest: Optional[tuple[float, str, str]] = None  # (passes/s, workload, profile) of the judged runs
     print(f"DP={args.dp_size}, {args.passes} passes per run; seconds and passes/s per profile")
-    for wname, workload in workloads(args.dp_size).items():
+    runs = workloads(args.dp_size)
+    table = Table(Column("workload", list(runs), left=True), Column("gather", gathers, left=True),
+                  Column("profile", profiles, left=True), Column("passes", [str(args.passes)]), Column("s", width=6),
+                  Column("passes/s", width=8), Column(f"s per {TARGET_PASSES:,}"), Column("running/rank"))
+    print(table.header())
+    for wname, workload in runs.items():
         for gather in gathers:
             config = SimConfig(dp_size=args.dp_size, passes=args.passes, gather=gather, max_running_requests=128)
             for name in profiles:
@@ -100,10 +105,8 @@ def _run(args: argparse.Namespace, gathers: list[str], crosscheck: bool) -> int:
                 if gather == TARGET_RATE_GATHER and (slowest is None or rate < slowest[0]):
                     slowest = (rate, wname, name)
                 running = result.summary().running_per_rank
-                print(
-                    f"{wname:30s} {gather:9s} {name:14s} {result.passes:6d} passes {elapsed:6.2f} s "
-                    f"{result.passes / elapsed:8,.0f} passes/s ({per_10k:5.2f} s per {TARGET_PASSES:,}; {running:5.1f} running/rank)"
-                )
+                print(table.row(wname, gather, name, str(result.passes), f"{elapsed:.2f}", f"{rate:,.0f}", f"{per_10k:.2f}",
+                                f"{running:.1f}"), flush=True)
     missed, not_judged = [], []
     met = "met" if worst <= TARGET_S else "MISSED"
     print(f"target: {TARGET_PASSES:,} passes at DP=8 in <= {TARGET_S:g} s per profile; slowest run {worst:.2f} s per {TARGET_PASSES:,}: {met}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from prefill_delayer import benchmarks
@@ -36,6 +38,31 @@ def test_the_simulator_benchmark_judges_passes_per_second_on_the_lockstep_gather
     monkeypatch.setattr(sim, "TARGET_RATE", 1.0)
     assert sim.main(argv) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "every target met"
+
+
+def _lines_up(table: list[str]) -> None:
+    """Every row's cells start where their header starts (a column of names) or end where it ends (numbers): a cell
+    is text with single spaces inside (``poisson, saturated``), and columns are further apart."""
+    cell = re.compile(r"\S+(?: \S+)*")
+    header, *rows = [[m.span() for m in cell.finditer(line)] for line in table]
+    assert rows and all(len(row) == len(header) for row in rows), "\n".join(table)
+    for j, (start, end) in enumerate(header):
+        assert all(row[j][0] == start for row in rows) or all(row[j][1] == end for row in rows), "\n".join(table)
+
+
+def test_the_simulator_benchmark_s_columns_line_up_whatever_the_names(capsys: pytest.CaptureFixture) -> None:
+    """The names were padded to widths written for shorter ones (a profile to 14): a longer one pushed its row's
+    numbers right of the others'."""
+    names = ["seed", "atom-coalescer-1611", "sglang-0.5.23", "cadence-hardened"]
+    argv = ["--passes", "20", "--dp-size", "2", "--gather", "lockstep", *(a for n in names for a in ("--profile", n))]
+    sim.main(argv)
+    lines = capsys.readouterr().out.splitlines()
+    start = lines.index(next(line for line in lines if line.startswith("DP=2, 20 passes per run"))) + 1
+    table = lines[start:lines.index(next(line for line in lines if line.startswith("target: ")))]
+    _lines_up(table)
+    assert table[0].split()[:3] == ["workload", "gather", "profile"]
+    assert [row.split("  ")[0] for row in table[1:]] == [w for w in sim.workloads(2) for _ in names]
+    assert [n for row in table[1:] for n in names if f"  {n}  " in row] == names * 2
 
 
 def test_the_decision_log_benchmark_exits_1_when_it_misses(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:

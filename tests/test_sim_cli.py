@@ -272,8 +272,10 @@ def test_bench_smoke(capsys):
     status = bench.main(["--passes", "30", "--dp-size", "2", "--profile", "seed", "--gather", "lockstep,threads"])
     out = capsys.readouterr().out
     assert (status, out.splitlines()[-1].startswith("every target met")) in ((0, True), (1, False)), out
-    rows = [line for line in out.splitlines() if line.endswith(" running/rank)")]
-    assert len(rows) == 4 and all(" passes/s (" in row for row in rows), out
+    header = next(line for line in out.splitlines() if line.startswith("workload  "))
+    assert "  passes/s  " in header and header.endswith("  running/rank"), out
+    rows = [line for line in out.splitlines() if line.startswith(tuple(bench.workloads(2)))]
+    assert len(rows) == 4 and all("  seed  " in row for row in rows), out
     assert "target: 10,000 passes at DP=8" in out
 
 
