@@ -1,5 +1,6 @@
 """Worker processes of every subcommand that spreads its work (``prove``, ``check-log``, ``simulate --suite``):
-started, interrupted and ended the same way.
+started, interrupted and ended the same way; the runtime benchmark's gloo ranks start and leave Ctrl-C alike
+(``ctrl_c_held``, ``run_leaving_ctrl_c``).
 
 A base layer: it imports nothing of the package. What every pool gets, and why:
 
@@ -30,9 +31,34 @@ def cores() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 
 
-def _init(then: Optional[Callable[[], None]]) -> None:
+@contextlib.contextmanager
+def ctrl_c_held() -> Iterator[None]:
+    """SIGINT blocked in this thread for the block: a process started in it is born with SIGINT blocked (the mask
+    survives fork and exec), so that not even a Ctrl-C arriving while it starts reaches it; one that arrives meanwhile
+    is this process's once the block ends."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def _leave_ctrl_c_to_parent() -> None:
+    """In a worker started under ``ctrl_c_held``, first: SIGINT ignored from now on, then unblocked (one that arrived
+    while it started is dropped)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def run_leaving_ctrl_c(target: Callable[..., None], *args: Any) -> None:
+    """A ``multiprocessing.Process`` target (start it under ``ctrl_c_held``): ``target(*args)`` in a process that
+    leaves Ctrl-C to its parent, for processes that are not a pool's (``start_pool``)."""
+    _leave_ctrl_c_to_parent()
+    target(*args)
+
+
+def _init(then: Optional[Callable[[], None]]) -> None:
+    _leave_ctrl_c_to_parent()
     if then is not None:
         then()
 
@@ -51,11 +77,8 @@ def start_pool(jobs: int, *, preload: Sequence[str] = (), initializer: Optional[
             ctx.set_forkserver_preload(list(preload))
     else:
         ctx = multiprocessing.get_context("spawn")
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
+    with ctrl_c_held():
         return ctx.Pool(jobs, initializer=_init, initargs=(initializer,), maxtasksperchild=maxtasksperchild)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 @contextlib.contextmanager
@@ -71,4 +94,4 @@ def ended(pool: Any) -> Iterator[Any]:
     pool.join()
 
 
-__all__ = ["cores", "ended", "start_pool"]
+__all__ = ["cores", "ctrl_c_held", "ended", "run_leaving_ctrl_c", "start_pool"]
