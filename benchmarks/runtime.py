@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import socket
 import statistics
 import sys
@@ -34,7 +35,7 @@ import warnings
 from datetime import timedelta
 from typing import Any, Callable, Optional
 
-from . import at_least, integers_at_least, parser, run_main, verdict
+from . import Column, Table, at_least, integers_at_least, parser, ratio_cell, run_main, timing_columns, us_cell, verdict
 from ..runtime.server_args import ServerArgs
 
 # Per runner ("bare", "ours", "seed"), one (wall, CPU) µs-per-pass pair per round.
@@ -143,18 +144,24 @@ def _free_port() -> int:
 def spawn_ranks(worker: Callable[..., None], world: int, args: tuple, timeout_s: float) -> dict[int, Any]:
     """Run ``worker(rank, world, port, *args, queue)`` in ``world`` spawned processes joined on a free
     loopback port; each puts ``(rank, report)`` on the queue. Every rank's report, or an error naming
-    the ranks that died or were late; no process outlives the call."""
+    the ranks that died or were late; no process outlives the call. Ctrl-C is the parent's alone (the
+    ranks start with it blocked, then ignore it): its ``KeyboardInterrupt`` ends them, where each rank
+    would print its own traceback."""
     import multiprocessing as mp
+
+    from ..workers import ctrl_c_held, run_leaving_ctrl_c
 
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=worker, args=(r, world, port, *args, queue), daemon=True) for r in range(world)]
-    for p in procs:
-        p.start()
+    procs = [ctx.Process(target=run_leaving_ctrl_c, args=(worker, r, world, port, *args, queue), daemon=True)
+             for r in range(world)]
     results: dict[int, Any] = {}
     deadline = time.monotonic() + timeout_s
     try:
+        with ctrl_c_held():
+            for p in procs:
+                p.start()
         while len(results) < world:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -169,11 +176,20 @@ def spawn_ranks(worker: Callable[..., None], world: int, args: tuple, timeout_s:
         for p in procs:
             p.join(10)
     finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join(5)
+        _end(procs)
     return results
+
+
+def _end(procs: list[Any]) -> None:
+    """Kill the processes still running, all stopped first: a rank killed while a peer runs on fails the peer's
+    collective, and the peer prints that error's traceback before its own kill comes."""
+    running = [p for p in procs if p.is_alive()]
+    for p in running:
+        os.kill(p.pid, signal.SIGSTOP)
+    for p in running:
+        p.kill()
+    for p in running:
+        p.join(5)
 
 
 def run_world(world: int, passes: int, rounds: int, with_seed: bool, timeout_s: float = 300.0) -> Timings:
@@ -259,11 +275,12 @@ def _run(args: argparse.Namespace) -> int:
             print(f"seed: not found (only bare and ours are timed): {err}")
     print("µs per pass, median of interleaved rounds; 'extra' = cost beyond the bare collective, paired by round;")
     print("wall = elapsed time of the slowest rank; cpu = main-thread CPU time, mean over ranks (robust to waiting and to a busy machine)")
-    print(f"{'world':>5} {'':>4} {'bare':>8} {'ours':>8} {'seed':>8} {'ours extra':>11} {'seed extra':>11} {'ratio':>6}")
+    table = Table(Column("world", [*map(str, args.worlds), "local"]), *timing_columns("seed"))
+    print(table.header())
     cpu_ratios: dict[str, Optional[float]] = {}
     for world in args.worlds:
-        cpu_ratios[f"world {world}"] = _report(str(world), run_world(world, args.passes, args.rounds, seed))
-    cpu_ratios["local"] = _report("local", run_local(args.passes * 5, args.rounds, seed))
+        cpu_ratios[f"world {world}"] = _report(table, str(world), run_world(world, args.passes, args.rounds, seed))
+    cpu_ratios["local"] = _report(table, "local", run_local(args.passes * 5, args.rounds, seed))
     print("local = one process, the collective replaced by a copy into a buffer: the Python cost alone")
     if not seed:
         return verdict([], ["ours extra <= 1/4 of the seed's needs the seed"])
@@ -274,16 +291,13 @@ def _run(args: argparse.Namespace) -> int:
     return verdict(missed, unjudged)
 
 
-def _report(label: str, times: Timings) -> Optional[float]:
-    """Print the wall and CPU lines of one world; return the CPU ratio (``None`` without the seed).
+def _report(table: Table, label: str, times: Timings) -> Optional[float]:
+    """Print the wall and CPU rows of one world; return the CPU ratio (``None`` without the seed).
 
     bare / ours / seed are medians over rounds. The extras are medians of the
     per-round differences from that round's bare collective, so that drift
     between rounds (other processes, frequency changes) cancels.
     """
-
-    def f(x: Optional[float], width: int = 8) -> str:
-        return f"{x:{width}.1f}" if x is not None else f"{'-':>{width}}"
 
     def extra(name: str, i: int) -> Optional[float]:
         if name not in times:
@@ -296,9 +310,8 @@ def _report(label: str, times: Timings) -> Optional[float]:
         med = {name: statistics.median(t[i] for t in ts) for name, ts in times.items()}
         ours_x, seed_x = extra("ours", i), extra("seed", i)
         ratio = ours_x / seed_x if ours_x is not None and seed_x is not None and seed_x > 0 else None  # else: noise
-        shown = f"{ratio:6.2f}" if ratio is not None else f"{'-':>6}"
-        print(f"{label:>5} {kind:>4} {f(med.get('bare', 0.0))} {f(med.get('ours'))} {f(med.get('seed'))} "
-              f"{f(ours_x, 11)} {f(seed_x, 11)} {shown}", flush=True)
+        times_us = (med.get("bare", 0.0), med.get("ours"), med.get("seed"), ours_x, seed_x)
+        print(table.row(label, kind, *map(us_cell, times_us), ratio_cell(ratio)), flush=True)
     return ratio
 
 

@@ -6,7 +6,8 @@ through a launcher that stalls it right after it has staged its first output fil
 (``files._fill``, through which every output passes; ``replay``, which writes
 nothing, stalls in its replay): the interrupt then lands where a half-written
 output would show. ``prove`` is also interrupted unpatched, while its worker
-processes prove; and the command, while it loads its own modules.
+processes prove; the command, while it loads its own modules; and the runtime
+benchmark, while its gloo ranks run.
 """
 
 from __future__ import annotations
@@ -222,3 +223,56 @@ def test_ctrl_c_while_the_command_loads_is_one_line_exit_130(tmp_path: Path, ent
                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert (done.returncode, done.stderr, done.stdout) == (130, "prefill-delayer: interrupted\n", "")
 
+
+def _in_group(pgid: int) -> list[int]:
+    """The live (not yet reaped is not live) processes of process group ``pgid``."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, _ppid, group = stat.read_text().split(")")[-1].split()[:3]
+        except (OSError, ValueError):
+            continue
+        if int(group) == pgid and state != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _holds_a_socket(pid: int) -> bool:
+    try:
+        return any(os.readlink(fd).startswith("socket:") for fd in Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return False
+
+
+def _spawned_children(pid: int) -> list[int]:
+    """The children of ``pid`` that multiprocessing spawned to run a target (not its resource tracker)."""
+    found = []
+    for child in _children(pid):
+        try:
+            if b"--multiprocessing-fork" in Path(f"/proc/{child}/cmdline").read_bytes():
+                found.append(child)
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.skipif(not _has("torch"), reason="the runtime benchmark's ranks need torch")
+def test_ctrl_c_while_the_runtime_benchmarks_ranks_run_is_one_line_exit_130_and_ends_them(tmp_path: Path) -> None:
+    """SIGINT to the benchmark's process group, as a terminal sends it, once its two gloo ranks are in
+    torch.distributed (each holds a socket of its group): one line from the benchmark and 130, no rank's traceback,
+    no process of the group left."""
+    from prefill_delayer.benchmarks import parser
+
+    module = "prefill_delayer.benchmarks.runtime"
+    proc = _spawn([sys.executable, "-m", module, "--worlds", "2", "--rounds", "1000000", "--no-seed"], tmp_path)
+
+    def joined() -> list[int]:
+        return [r for r in _spawned_children(proc.pid) if _holds_a_socket(r)]
+
+    _wait_for(lambda: len(joined()) == 2, proc, timeout=60)
+    rc, err = _interrupt(proc)
+    assert (rc, err) == (130, f"{parser(module.rsplit('.', 1)[1], '').prog}: interrupted\n")
+    deadline = time.monotonic() + 10
+    while _in_group(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _in_group(proc.pid) == [], "a process of the benchmark outlived it"
