@@ -14,12 +14,30 @@ is removed), 141 when the reader of its report has gone (``| head -1``), as the 
 
 from __future__ import annotations
 
-import argparse
 import signal
 import sys
-from dataclasses import dataclass
-from types import FrameType
-from typing import Callable, NoReturn, Optional, Sequence
+
+from ..cli import interrupted
+
+
+def _interrupted_while_loading(signum: int, frame: Optional[FrameType]) -> NoReturn:
+    """Ctrl-C before ``run_main`` runs (while ``python -m`` imports the benchmark's modules, or its options are read):
+    the CLI's one line and 130, where Python would print a traceback of the import it stopped. Nothing has been
+    written yet, so there is nothing to remove."""
+    module = sys.orig_argv[sys.orig_argv.index("-m") + 1] if "-m" in sys.orig_argv else "prefill_delayer.benchmarks"
+    raise SystemExit(interrupted(f"python -m {module}"))
+
+
+# ``python -m prefill_delayer.benchmarks.X`` imports this package first, while sys.argv[0] is still "-m" (runpy sets
+# it to X's path only once X is found): from here until ``run_main`` takes over, Ctrl-C is one line. Imported any
+# other way (a test, a script), the process's own Ctrl-C handling is left alone.
+if sys.argv[:1] == ["-m"]:
+    signal.signal(signal.SIGINT, _interrupted_while_loading)
+
+import argparse  # noqa: E402 (after the handler: Ctrl-C while these load is one line too)
+from dataclasses import dataclass  # noqa: E402
+from types import FrameType  # noqa: E402
+from typing import Callable, NoReturn, Optional, Sequence  # noqa: E402
 
 MISSED = 1  # the exit status of a benchmark that missed a target
 TERMINATED = 128 + signal.SIGTERM  # what a shell reports for a command ended by SIGTERM (`timeout`, `kill`)
@@ -127,6 +145,11 @@ def ratio_cell(x: Optional[float]) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
+class CouldNotRun(Exception):
+    """What keeps a benchmark from measuring (a rank that died or never reported): ``run_main`` says it in one line
+    and exits 2, where a traceback and 1 would read as a missed target."""
+
+
 class Terminated(BaseException):
     """SIGTERM raised where the benchmark is, so that its ``with`` blocks unwind (its temporary folder goes) as on
     Ctrl-C; a BaseException, so that no ``except Exception`` takes it for a failure to retry."""
@@ -140,11 +163,11 @@ def run_main(prog: str, body: Callable[[], int]) -> int:
     """``body()``'s status; Ctrl-C as the CLI says it (one line, 130) and SIGTERM alike (one line, 143), each after the
     benchmark's ``with`` blocks have removed what they made. Its report's reader gone (``| head -1``) ends it as the
     CLI ends (141, quiet), and a full stdout is one line naming it (2): neither is a traceback and 1, a missed target."""
-    from ..cli import interrupted
     from ..cli.command import broken_pipe, stdout_named
     from ..files import OutputError
 
     previous = signal.signal(signal.SIGTERM, _terminate)
+    loading = signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C is a KeyboardInterrupt from here
     try:
         with stdout_named():
             code = body()
@@ -152,7 +175,7 @@ def run_main(prog: str, body: Callable[[], int]) -> int:
         return code
     except BrokenPipeError as exc:
         return broken_pipe(prog, exc)
-    except OutputError as exc:
+    except (OutputError, CouldNotRun) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -162,3 +185,4 @@ def run_main(prog: str, body: Callable[[], int]) -> int:
         return TERMINATED
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, loading)

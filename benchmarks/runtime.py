@@ -35,8 +35,9 @@ import warnings
 from datetime import timedelta
 from typing import Any, Callable, Optional
 
-from . import Column, Table, at_least, integers_at_least, parser, ratio_cell, run_main, timing_columns, us_cell, verdict
+from . import Column, CouldNotRun, Table, at_least, integers_at_least, parser, ratio_cell, run_main, timing_columns, us_cell, verdict
 from ..runtime.server_args import ServerArgs
+from ..spec.config import plain
 
 # Per runner ("bare", "ours", "seed"), one (wall, CPU) µs-per-pass pair per round.
 Timings = dict[str, list[tuple[float, float]]]
@@ -165,14 +166,17 @@ def spawn_ranks(worker: Callable[..., None], world: int, args: tuple, timeout_s:
         while len(results) < world:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TimeoutError(f"world {world}: ranks {sorted(set(range(world)) - set(results))} did not report within {timeout_s:g} s")
+                late = sorted(set(range(world)) - set(results))
+                raise CouldNotRun(f"world {world}: ranks {late} did not report within {plain(timeout_s)} s")
             try:
                 rank, report = queue.get(timeout=min(left, 1.0))
                 results[rank] = report
             except Exception:
                 dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
                 if dead:
-                    raise RuntimeError(f"world {world}: ranks {dead} exited with {[procs[r].exitcode for r in dead]}") from None
+                    codes = [procs[r].exitcode for r in dead]
+                    raise CouldNotRun(f"world {world}: ranks {dead} exited with {codes} (a rank's own error, if any, is "
+                                      "above)") from None
         for p in procs:
             p.join(10)
     finally:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import sys
 
 import pytest
 
@@ -254,3 +256,16 @@ def test_a_report_that_cannot_be_written_is_not_a_missed_target(stdout: str) -> 
     want = (141, "") if stdout == "closed pipe" else (
         2, "python -m prefill_delayer.benchmarks.sim: stdout: cannot write it: No space left on device\n")
     assert (done.returncode, done.stderr) == want
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="the runtime benchmark's ranks need torch")
+def test_ranks_that_die_are_one_line_and_exit_2_not_a_missed_target(capsys: pytest.CaptureFixture) -> None:
+    """A rank that dies (here each rank's target is ``sys.exit`` called with a rank's arguments, a TypeError in the
+    rank) is a benchmark that could not run: one line naming the ranks and 2, where it was a traceback and 1, the
+    status of a missed target."""
+    from prefill_delayer.benchmarks.runtime import spawn_ranks
+
+    code = benchmarks.run_main("bench", lambda: len(spawn_ranks(sys.exit, 2, (), 60.0)))
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.splitlines()[-1] == "bench: world 2: ranks [0, 1] exited with [1, 1] (a rank's own error, if any, is above)"

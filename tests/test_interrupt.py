@@ -276,3 +276,34 @@ def test_ctrl_c_while_the_runtime_benchmarks_ranks_run_is_one_line_exit_130_and_
     while _in_group(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _in_group(proc.pid) == [], "a process of the benchmark outlived it"
+
+
+# Run as a sitecustomize, before ``python -m`` looks for its module: Ctrl-C at the moment ``target`` starts to load.
+INTERRUPT_AT_IMPORT = r"""
+import os, signal, sys
+target = os.environ["INTERRUPT_AT"]
+assert target not in sys.modules, f"{target} is loaded before the benchmark starts"
+
+
+def interrupt_as_it_loads(event, args):
+    if event == "import" and args[0] == target and not getattr(interrupt_as_it_loads, "fired", False):
+        interrupt_as_it_loads.fired = True
+        signal.raise_signal(signal.SIGINT)
+
+
+sys.addaudithook(interrupt_as_it_loads)
+"""
+
+
+@pytest.mark.parametrize("target", ["argparse", "prefill_delayer.runtime.server_args"],
+                         ids=["the-package-s-imports", "the-module-s-imports"])
+def test_ctrl_c_while_a_benchmark_loads_is_one_line_exit_130(tmp_path: Path, target: str) -> None:
+    """``python -m prefill_delayer.benchmarks.runtime``, interrupted as the benchmarks' package imports argparse or
+    as the benchmark imports the runtime: one line and 130, not a traceback of the import."""
+    (tmp_path / "sitecustomize.py").write_text(INTERRUPT_AT_IMPORT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+           "INTERRUPT_AT": target}
+    module = "prefill_delayer.benchmarks.runtime"
+    done = subprocess.run([sys.executable, "-m", module, "--help"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=60, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert (done.returncode, done.stderr, done.stdout) == (130, f"python -m {module}: interrupted\n", "")
