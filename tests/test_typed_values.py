@@ -43,6 +43,10 @@ def test_plain_writes_a_value_as_it_is_typed(x: object, shown: str) -> None:
     (["simulate", "--suite", "default", "--load-scale", "1e9"], "--load-scale 1000000000: "),
     (["simulate", "--suite", "default", "--duration", "-3"], "--duration must be simulated seconds > 0, got -3\n"),
     (["check-log", "--sample", "2", "logs"], "--sample must be a share in [0, 1], got 2\n"),
+    # a bound the user is told to stay within, written as one would type it (it read "(0, 1.04858e+06]", 1048576 rounded)
+    ([*POISSON, "--queue-min-ratio", "2000000"], "invalid --queue-min-ratio 2000000: expected a finite number in (0, 1048576]"),
+    ([*POISSON, "--profile", "aligned", "--set", "busy_watermark=0.1", "--set", "low_load_watermark=0.123456789"],
+     "busy_watermark=0.1 must be above low_load_watermark=0.123456789 "),
 ])
 def test_an_option_s_value_in_a_message(argv: list[str], said: str, capsys: pytest.CaptureFixture) -> None:
     assert cli(argv) == 2

@@ -81,7 +81,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
-from ...config import is_int, is_real
+from ...config import is_int, is_real, plain
 from ...errors import ConfigError
 from ...fields import MAX_COUNT
 from ...monitors import PassRule
@@ -226,8 +226,8 @@ class AlignedConfig(base.DelayerConfig):
         if self.busy_watermark is not None:
             object.__setattr__(self, "busy_watermark", float(self.busy_watermark))
             if self.low_load_watermark is not None and self.busy_watermark <= self.low_load_watermark:
-                raise ConfigError(f"busy_watermark={self.busy_watermark:g} must be above low_load_watermark="
-                                  f"{self.low_load_watermark:g} (a rank below the watermark is never a busy one), or "
+                raise ConfigError(f"busy_watermark={plain(self.busy_watermark)} must be above low_load_watermark="
+                                  f"{plain(self.low_load_watermark)} (a rank below the watermark is never a busy one), or "
                                   "None to turn the busy rule off")
         if self.long_chunk_tokens is not None and self.long_chunk_tokens < 1:  # SGLang's "no chunking": no chunk
             object.__setattr__(self, "long_chunk_tokens", None)

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ...config import Config, count_in, is_int, is_real, layout_params
+from ...config import Config, count_in, is_int, is_real, layout_params, plain
 from ...errors import ConfigError
 from ...fields import MAX_COUNT
 from ...policy import Param
@@ -34,7 +34,7 @@ PARAMETERS: tuple[Param, ...] = (
     Param(
         "queue_min_ratio",
         None,
-        f"None (queue trigger off) or a finite number in (0, {MAX_QUEUE_MIN_RATIO:g}]",
+        f"None (queue trigger off) or a finite number in (0, {plain(MAX_QUEUE_MIN_RATIO)}]",
         lambda v: v is None or (is_real(v) and math.isfinite(v) and 0.0 < v <= MAX_QUEUE_MIN_RATIO),
         server_arg="prefill_delayer_queue_min_ratio",
     ),
