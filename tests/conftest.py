@@ -14,6 +14,19 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # spawns, which inherit the environment) also fires each pass through the
 # ``transitions`` machine and fails on any difference from the compiled step.
 os.environ.setdefault("PREFILL_DELAYER_CROSSCHECK", "1")
+CROSSCHECK = os.environ["PREFILL_DELAYER_CROSSCHECK"]
+
+
+@pytest.fixture(autouse=True)
+def _crosscheck_stays_on(request: pytest.FixtureRequest):
+    """Each test leaves the cross-check as the suite set it: a benchmark run in-process pops it from the environment
+    (it times the production path), and a test that runs one without ``monkeypatch`` turned it off for every test
+    after it, silently."""
+    yield
+    after = os.environ.get("PREFILL_DELAYER_CROSSCHECK")
+    os.environ["PREFILL_DELAYER_CROSSCHECK"] = CROSSCHECK  # the tests after this one run as the suite set them
+    assert after == CROSSCHECK, (f"{request.node.nodeid} left PREFILL_DELAYER_CROSSCHECK={after!r} (the suite sets "
+                                 f"{CROSSCHECK!r}): set it with monkeypatch, which puts it back")
 
 
 @pytest.fixture(scope="module")

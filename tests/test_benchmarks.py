@@ -74,6 +74,7 @@ def test_the_runtime_benchmark_s_columns_line_up_whatever_the_world(monkeypatch:
     from prefill_delayer.benchmarks import runtime
 
     times = {"bare": [(20.0, 15.0)], "ours": [(31.5, 24.0)]}
+    monkeypatch.setenv("PREFILL_DELAYER_CROSSCHECK", "1")  # the benchmark unsets it; it comes back after the test
     monkeypatch.setattr(runtime, "run_world", lambda *args: times)
     monkeypatch.setattr(runtime, "run_local", lambda *args: times)
     runtime.main(["--worlds", "1,100000", "--no-seed"])

@@ -26,7 +26,7 @@ def test_a_rate_past_any_capacity_is_refused_up_front() -> None:
     rc, out, err = _simulate("--rate", "1e6")
     assert time.monotonic() - t0 < 5.0
     assert rc == 2 and out == "" and err.count("\n") == 1, (out, err)
-    assert err.startswith("prefill-delayer simulate: --rate 1e+06: 40,000 requests would arrive in one 0.04 s pass")
+    assert err.startswith("prefill-delayer simulate: --rate 1000000: 40,000 requests would arrive in one 0.04 s pass")
     assert "at most 25,600 req/s here" in err
 
 
