@@ -162,7 +162,8 @@ def _terminate(signum: int, frame: Optional[FrameType]) -> NoReturn:
 def run_main(prog: str, body: Callable[[], int]) -> int:
     """``body()``'s status; Ctrl-C as the CLI says it (one line, 130) and SIGTERM alike (one line, 143), each after the
     benchmark's ``with`` blocks have removed what they made. Its report's reader gone (``| head -1``) ends it as the
-    CLI ends (141, quiet), and a full stdout is one line naming it (2): neither is a traceback and 1, a missed target."""
+    CLI ends (141, quiet), and a full stdout or a benchmark that could not run (``CouldNotRun``) is one line (2):
+    none is a traceback and 1, a missed target."""
     from ..cli.command import broken_pipe, stdout_named
     from ..files import OutputError
 
