@@ -79,10 +79,8 @@ def policy_config(profile: str, dp_size: int, settings: Mapping[str, Any], sets:
                                  enable_dp_attention=True, **values)
     except ConfigError as exc:
         message = str(exc)
-        for name, _ in sets:  # a value the user gave with --set is named so (``invalid --set NAME=VALUE``)
-            if message.startswith(f"invalid {name}="):
-                message = "invalid --set " + message[len("invalid "):]
-                break
+        for name in {name for name, _ in sets}:  # a value the user gave with --set is named so (``--set NAME=VALUE``)
+            message = re.sub(rf"(?<![\w-]){re.escape(name)}=", f"--set {name}=", message)
         raise SimInputError(f"profile {profile!r}: {message}") from None
 
 

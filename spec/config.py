@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import re
 from typing import Any, Callable, ClassVar
 
 from .errors import ConfigError
@@ -66,8 +67,9 @@ def parse_setting(text: str) -> tuple[str, Any]:
 
 def in_setting_words(message: str) -> str:
     """A configuration error as a ``NAME=VALUE`` setting (``parse_setting``) is written: its unset value is ``none``,
-    where the spec, for the Python API, writes ``None``."""
-    return message.replace("expected None (", "expected none (")
+    where the spec, for the Python API, writes ``None`` (``expected None (off) or ...``, ``or None to turn ... off``).
+    A setting's text holds no other ``None``: ``parse_setting`` reads ``none`` in any case as the unset value."""
+    return re.sub(r"\bNone\b", "none", message)
 
 
 def count_in(lo: int, hi: int) -> Callable[[Any], bool]:

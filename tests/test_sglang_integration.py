@@ -126,7 +126,8 @@ def test_the_plugin_sets_the_profiles_own_parameters_and_stops_on_a_bad_one() ->
                                   "low_load_watermark, quorum_percent)"),
         ("chunk_hold_tokens=-1", "PREFILL_DELAYER_PARAMS: invalid chunk_hold_tokens=-1: expected none (off) or an "
                                  "integer in [0, "),
-        ("busy_watermark=0.2", "PREFILL_DELAYER_PARAMS: busy_watermark=0.2 must be above low_load_watermark=0.28"),
+        ("busy_watermark=0.2", "PREFILL_DELAYER_PARAMS: busy_watermark=0.2 must be above low_load_watermark=0.28 (a "
+                               "rank below the watermark is never a busy one), or none to turn the busy rule off"),
         ("quorum_percent", "PREFILL_DELAYER_PARAMS: expected NAME=VALUE, got 'quorum_percent'"),
         ("quorum_percent=50,quorum_percent=75", "PREFILL_DELAYER_PARAMS: quorum_percent given twice"),
     ]:

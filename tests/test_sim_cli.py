@@ -447,6 +447,13 @@ def test_a_setting_s_message_names_the_option_that_gives_it(message, said):
      "expected a finite number > 0, or no --max-delay-ms (5000)"),
     (["--workload", "poisson", "--rate", "1", "--prompt-tokens", "10", "--output-tokens", "1", "--profile", "aligned",
       "--set", "quorum_percent=500"], "invalid --set quorum_percent=500: expected none (off) or an integer in [1, 100]"),
+    # a check between two parameters names the one given with --set as such, and says none as --set takes it
+    (["--workload", "poisson", "--rate", "1", "--prompt-tokens", "10", "--output-tokens", "1", "--profile", "aligned",
+      "--set", "busy_watermark=0.1"], "profile 'aligned': --set busy_watermark=0.1 must be above low_load_watermark=0.28 "
+     "(a rank below the watermark is never a busy one), or none to turn the busy rule off"),
+    (["--workload", "poisson", "--rate", "1", "--prompt-tokens", "10", "--output-tokens", "1", "--profile", "aligned",
+      "--set", "low_load_watermark=0.6"], "profile 'aligned': busy_watermark=0.5 must be above --set "
+     "low_load_watermark=0.6 (a rank below the watermark is never a busy one), or none to turn the busy rule off"),
 ])
 def test_messages_are_plain_english(capsys, argv, said):
     """Counts agree with their noun, and an unset value is said as the operator gives it (no 'None', no '1 requests')."""
