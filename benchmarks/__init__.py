@@ -111,7 +111,11 @@ class Column:
 
 
 class Table:
-    """Rows of ``len(columns)`` cells, each padded to its column's width; the header is a row like the others."""
+    """Rows of ``len(columns)`` cells, each padded to its column's width; the header is a row like the others.
+
+    Rows print as they are measured, so a cell wider than its column (a timing past ``US_WIDTH``) cannot widen the
+    rows above it: it takes the room it needs from the gutter and from the next cells' padding, and the columns
+    after it keep their edges wherever that room suffices (a single space always separates two cells)."""
 
     def __init__(self, *columns: Column) -> None:
         self.columns = columns
@@ -123,8 +127,12 @@ class Table:
     def row(self, *cells: str) -> str:
         if len(cells) != len(self.columns):
             raise ValueError(f"a row of {len(cells)} cells in a table of {len(self.columns)} columns")
-        padded = (cell.ljust(w) if c.left else cell.rjust(w) for c, w, cell in zip(self.columns, self.widths, cells))
-        return GUTTER.join(padded).rstrip()
+        line, start = "", 0  # ``start``: where the column being written starts in a row of cells that fit
+        for j, (c, w, cell) in enumerate(zip(self.columns, self.widths, cells)):
+            own = start if c.left else start + w - len(cell)
+            line = line.ljust(max(own, len(line) + 1 if j else 0)) + cell  # its own place, or a space after the last
+            start += w + len(GUTTER)
+        return line.rstrip()
 
 
 def timing_columns(other: str) -> list[Column]:

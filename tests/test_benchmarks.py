@@ -84,6 +84,23 @@ def test_the_runtime_benchmark_s_columns_line_up_whatever_the_world(monkeypatch:
     assert [row.split()[:2] for row in table[1:]] == [[w, k] for w in ("1", "100000", "local") for k in ("wall", "cpu")]
 
 
+def test_a_number_wider_than_its_column_leaves_the_columns_after_it_in_place() -> None:
+    """Rows print as they are measured, so a timing past the column's width (100,000 µs or more) cannot widen the
+    rows above it: it pushed the rest of its row right. It now takes the room from the next cells' padding."""
+    table = benchmarks.Table(*benchmarks.timing_columns("seed"))
+    lines = [table.header(), table.row("wall", "12.5", "31.0", "40.2", "18.5", "27.7", "0.67"),
+             table.row("cpu", "123456789.7", "31.0", "40.2", "18.5", "27.7", "0.67")]
+    _lines_up([lines[0], lines[1]])
+    ends = [m.end() for m in re.finditer(r"\S+(?: \S+)*", lines[0])]  # a header cell may hold a space
+    fits, wide = ([m.span() for m in re.finditer(r"\S+", line)] for line in lines[1:])
+    assert wide[1] == (4, 15), lines  # one space after the cell before it, not its own start
+    assert [end for _, end in wide[2:]] == ends[2:] == [end for _, end in fits[2:]], lines
+    # one cell's room is only the next cell's padding: past it, a single space still parts every cell
+    crowded = table.row("cpu", "123456789.7", "1234567890.0", "40.2", "18.5", "27.7", "0.67")
+    assert crowded.startswith("cpu 123456789.7 1234567890.0 "), crowded
+    assert [m.end() for m in re.finditer(r"\S+", crowded)][3:] == ends[3:], crowded
+
+
 def test_the_decision_log_benchmark_exits_1_when_it_misses(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     argv = ["--passes", "200", "--rounds", "1", "--records", "3200", "--exact-records", "1600", "--jobs", "1"]
     monkeypatch.setenv("PREFILL_DELAYER_CROSSCHECK", "1")  # the benchmark unsets it; it comes back after the test
