@@ -20,7 +20,7 @@ import argparse
 import sys
 import time
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from .config import SimConfig, Variant
 from .cost import SGLANG_32880
@@ -48,8 +48,8 @@ class Case:
         return Variant.of(self.profile, tracker=own_tracker(self.profile) or WINDOW)
 
 
-_SMALL = dict(dp_size=4, max_running_requests=32, max_total_tokens=200_000, chunked_prefill_size=4096, max_prefill_tokens=8192,
-              passes=500, trace=True)
+_SMALL: dict[str, Any] = dict(dp_size=4, max_running_requests=32, max_total_tokens=200_000, chunked_prefill_size=4096, max_prefill_tokens=8192,
+                              passes=500, trace=True)
 
 WORKLOADS: dict[str, Case] = {
     "35241": Case(

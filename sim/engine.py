@@ -24,10 +24,9 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 import sys
 from dataclasses import replace
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from ..runtime.core import PolicyCore
 from ..runtime.server_args import ServerArgs
@@ -40,6 +39,9 @@ from .rank import NegotiateArgs, RankScheduler
 from .result import RunResult
 from .trackers import LIFETIME, MaxPrefillBsTracker
 from .workload import Request, Workload, largest_request
+
+if TYPE_CHECKING:
+    from .sglang_backend import SGLangGroup
 
 # progress(variant label, passes done, passes planned, simulated seconds, final=False)
 Progress = Callable[..., None]
@@ -71,7 +73,7 @@ def check_fits(config: SimConfig, workload: Workload) -> None:
     prompt, output, where = largest
     rank = RankScheduler(0, config, None, MaxPrefillBsTracker(LIFETIME))
     rank.receive(Request(0, 0.0, prompt, output), group_ran=False)
-    if rank.schedule(0.0, None) is None:
+    if rank.schedule(0.0, _allow) is None:
         raise SimInputError(
             f"{where} ({prompt} prompt + {output} output tokens) could never be admitted: SGLang's admission on an empty "
             f"rank needs more than max_total_tokens={config.max_total_tokens} (page_size={config.page_size})"
@@ -117,7 +119,7 @@ def run_variant(config: SimConfig, variant: Variant, workload: Workload, progres
     source.bind(dp, config.chunked_prefill_size)
     clock_now = [0.0]
     # The policies read simulated seconds (the pass's start): clock_now[0], by a call made in C (once per rank and pass)
-    clock = functools.partial(operator.getitem, clock_now, 0)
+    clock: Callable[[], float] = functools.partial(clock_now.__getitem__, 0)
 
     outcomes = [_Outcome() for _ in range(dp)]
     gather = None
@@ -127,19 +129,20 @@ def run_variant(config: SimConfig, variant: Variant, workload: Workload, progres
         gather = make_gather(config.gather, dp)
     result = RunResult(variant, config, workload, binding)
     try:
+        group: ModelGroup | SGLangGroup
         if config.scheduler == SGLANG:
             from .sglang_backend import SGLangGroup
 
             group = SGLangGroup(config, variant, workload, outcomes, gather, clock)
         else:
             policy_conf = policy_config(variant.profile, dp, config.policy_settings(), config.policy_params) \
-                if binding is not None else None
+                if variant.profile is not None else None
             group = ModelGroup([
                 RankScheduler(
                     r, config,
                     PolicySite(PolicyCore(policy_conf, gather.gather_for(r, policy_conf.policy.collective), clock=clock),
                                binding, outcomes[r])
-                    if gather is not None else None,
+                    if gather is not None and policy_conf is not None else None,
                     MaxPrefillBsTracker(variant.tracker),
                 )
                 for r in range(dp)

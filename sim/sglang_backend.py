@@ -200,8 +200,12 @@ class SGLangGroup:
         from .engine import delayer_server_args
 
         delayer_args = delayer_server_args(config)
-        params = host_params(variant.profile, config.policy_params) if gather is not None else {}
-        self._hooked = _hook_readings(variant.profile, params) if gather is not None else []
+        params: dict[str, Any] = {}
+        self._hooked: list[tuple[Any, str, Any]] = []
+        if gather is not None:
+            assert variant.profile is not None, "the engine makes a gather only for a profile (off runs no delayer)"
+            params = host_params(variant.profile, config.policy_params)
+            self._hooked = _hook_readings(variant.profile, params)
         self.ranks: list[SGLangRank] = []
         for r in range(config.dp_size):
             delayer = None

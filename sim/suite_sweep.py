@@ -82,10 +82,14 @@ def by_cell_table(sweep: Sweep, cell: Callable[[Row], str]) -> str:
     """Workload x policy, a column per cell: ``cell`` of that run."""
     found = sweep.found()
     lines = [(w, p) for w in sweep.workloads() for p in sweep.policies()]
+
+    def in_cell(k: int) -> Callable[[tuple[str, str]], str]:
+        return lambda x: cell(found[(k, x[0], x[1])])
+
     columns: list[Column[tuple[str, str]]] = [
         Column("workload", "", lambda x: x[0], align="---"),
         Column("policy", "", lambda x: x[1], align="---"),
-        *(Column(sweep.label(c), "", lambda x, k=k: cell(found[(k, x[0], x[1])])) for k, c in enumerate(sweep.cells)),
+        *(Column(sweep.label(c), "", in_cell(k)) for k, c in enumerate(sweep.cells)),
     ]
     return markdown(columns, lines)
 
@@ -102,10 +106,13 @@ def goal_by_cell_table(goal: str, judged: Sequence[dict[str, list[WorkloadGoal]]
     total = {p: sum(_met(j[p]) for j in judged) for p in judged[0]}
     order = sorted(judged[0], key=lambda p: -total[p])
     judgements = sum(len(j[goal]) for j in judged)
+
+    def met_in(k: int) -> Callable[[str], str]:
+        return lambda p: f"{_met(judged[k][p])} of {len(judged[k][p])}"
+
     columns: list[Column[str]] = [
         Column("policy", "", lambda p: p, align="---"),
-        *(Column(sweep.label(c), "", lambda p, k=k: f"{_met(judged[k][p])} of {len(judged[k][p])}")
-          for k, c in enumerate(cells)),
+        *(Column(sweep.label(c), "", met_in(k)) for k, c in enumerate(cells)),
     ]
     if len(cells) > 1:
         columns.append(Column("all", "", lambda p: f"{total[p]} of {judgements}"))
@@ -115,9 +122,12 @@ def goal_by_cell_table(goal: str, judged: Sequence[dict[str, list[WorkloadGoal]]
     def said(g: WorkloadGoal) -> str:
         return "met" if g.met else "**" + ", ".join(c.name for c in g.checks if not c.met) + "**"
 
+    def said_in(k: int) -> Callable[[str], str]:
+        return lambda w: said(verdict[(k, w)])
+
     grid: list[Column[str]] = [
         Column("workload", "", lambda w: w, align="---"),
-        *(Column(sweep.label(c), "", lambda w, k=k: said(verdict[(k, w)]), align="---") for k, c in enumerate(cells)),
+        *(Column(sweep.label(c), "", said_in(k), align="---") for k, c in enumerate(cells)),
         Column("met in", "", lambda w: f"{sum(verdict[(k, w)].met for k in range(len(cells)))} of {len(cells)}"),
     ]
     misses = "\n".join(f"- {sweep.label(c)}: {misses_said(judged[k][goal])}" for k, c in enumerate(cells))
@@ -202,11 +212,19 @@ def sweep_figure(sweep: Sweep) -> Any:
     def p99(r: Row) -> float:
         return math.nan if r.ttft_p99_s is None else r.ttft_p99_s  # nan: no request of the window got a token
 
+    def bound_p99(b: Bound) -> float:
+        t = b.ttft(0.99)
+        return math.nan if t is None else t
+
+    def of_runs(w: str, p: str, f: Callable[[Row], float]) -> Callable[[int], float]:
+        """``f`` of the run of ``w`` and ``p`` in each cell."""
+        return lambda k: f(found[(k, w, p)])
+
     metrics: list[tuple[str, Callable[[Row], float], Callable[[Bound], float]]] = [
-        ("TTFT p99 (s)", p99, lambda b: math.nan if b.ttft(0.99) is None else b.ttft(0.99)),  # type: ignore[arg-type]
+        ("TTFT p99 (s)", p99, bound_p99),
         ("input k tok/s", lambda r: r.input_tok_s / 1000, lambda b: b.input_tok_s / 1000),
     ]
-    drawn = {p: {(w, m): series(lambda k, w=w, p=p, f=f: f(found[(k, w, p)])) for w in names
+    drawn = {p: {(w, m): series(of_runs(w, p, f)) for w in names
                  for m, (_, f, _) in enumerate(metrics)} for p in sweep.policies()}  # by (workload, metric)
     groups = same(list(drawn), lambda p: tuple(drawn[p].values()))  # alike in every panel: one line, "a = b"
     labels = [" = ".join(g) for g in groups]

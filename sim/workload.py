@@ -16,7 +16,7 @@ import heapq
 import math
 import random
 from dataclasses import dataclass, field
-from typing import Iterator, Optional, Sequence, Union
+from typing import Iterator, Optional, Sequence, TypeGuard, Union
 
 from ..spec.config import plain
 from .errors import SimInputError, counted
@@ -91,7 +91,7 @@ class Lengths:
         return str(self.lo) if self.lo == self.hi else f"{self.lo}:{self.hi}"
 
 
-def _is_int(x: object) -> bool:
+def _is_int(x: object) -> TypeGuard[int]:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
