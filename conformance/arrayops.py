@@ -97,6 +97,15 @@ class ArrayOps:
         return np.trunc(np.asarray(a, dtype=np.float64) * ratio).astype(np.int64)
 
     @staticmethod
+    def ratio_at_least(num: Any, den: Any, ratio: Any) -> Any:
+        """``num / den >= ratio`` with the quotient in IEEE doubles, as ``PyOps``. A column holds every pass, also those
+        a guard is not read on (where ``den`` may be 0): their entries are never read, so numpy's warning is not shown."""
+        if not any(_arr(x) for x in (num, den, ratio)):
+            return num / den >= ratio
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.asarray(num, dtype=np.float64) / np.asarray(den, dtype=np.float64) >= ratio
+
+    @staticmethod
     def num(x: Any) -> Any:
         return x
 
