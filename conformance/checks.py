@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from ..fsm import DelayerMachine, Step
 from ..runtime.decision_log import build_spec_hash
@@ -38,6 +38,9 @@ from ..spec.monitors import Agreement, PassRule
 from ..spec.ops import PY
 from ..spec.policy import REFUTED
 from .logread import LogError, PassRec, RankLog
+
+if TYPE_CHECKING:
+    import numpy as np
 
 CONFORMANCE, AGREEMENT, INVARIANT = "conformance", "agreement", "invariant"
 # Findings kept per property (all are counted).
@@ -114,7 +117,9 @@ class Report:
     checked: Counter = field(default_factory=Counter)  # what was checked how often
     session_stats: dict[int, dict[str, Any]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    timelines: dict[int, Any] = field(default_factory=dict)  # for --plot: per session and rank, (passes, allow, reason) chunks
+    # for --plot, per session (``stream.Stitcher._timeline``): the allowing reasons its cells' codes 2, 3, ... stand for,
+    # and each rank's chunks of cells as (first pass, one byte per pass)
+    timelines: dict[int, tuple[list[str], list[list[tuple[int, np.ndarray]]]]] = field(default_factory=dict)
     refired: int = 0  # passes re-fired through the transitions machine
     cross_counts: Counter = field(default_factory=Counter)  # the findings of checks across ranks, by (category, property)
     # One node's part of a run whose logs are spread over nodes (check-log --digest): a rank of the gather without a
@@ -297,6 +302,7 @@ class PassChecker:
         env = self.envelope
         n, k = env.row_len, env.n_policy
         flat = rec.rows
+        assert flat is not None, "the caller reads the logged view of a line without gathered rows"
         return self.step.view([flat[i:i + k] for i in range(0, len(flat), n)])
 
     def check(self, rec: PassRec, view: Any, own: Optional[Sequence[int]] = None) -> list[Finding]:

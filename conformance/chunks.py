@@ -217,7 +217,7 @@ class ChunkLines:
 def read_segments(segs: list[Segment]) -> list[tuple[Segment, list[bytes]]]:
     """Each segment's bytes, as a copy of the segment (``data``, ``cut`` set) with its lines: the task's own
     segments stay as planned, so a chunk's result does not carry the chunk's bytes back from a worker."""
-    out = []
+    out: list[tuple[Segment, list[bytes]]] = []
     for seg in segs:
         with open(seg.path, "rb") as f:
             f.seek(seg.start)
@@ -325,7 +325,9 @@ def parse_v2(log: RankLog, model: Model, pieces: list[tuple[Segment, list[bytes]
     full = log.header.get("mode") == MODE_FULL
     columns = model.columns
     width = len(columns) + (log.flat_len if full else 0)
-    texts, lines_of, fis = [], [], []
+    texts: list[bytes] = []  # the pass lines of segments read line by line, not yet in a blob
+    lines_of: list[int] = []
+    fis: list[int] = []
     blobs, line_parts, fi_parts = [], [], []  # blobs: pass lines, each ended by a newline
     for seg, lines in pieces:
         if seg.data:
@@ -443,9 +445,9 @@ def _flat_matrix(whole: bytes, n: int, width: int, ints: Optional[np.ndarray] = 
             return None
         m = np.empty((n, width), dtype=np.float64)
         if ints is None or not ints.any():
-            struct.pack_into(f"<{n * width}d", m, 0, *values)  # 16% faster than np.fromiter
+            struct.pack_into(f"<{n * width}d", m.data, 0, *values)  # 16% faster than np.fromiter
             return m
-        _packer("".join("q" if x else "d" for x in ints), n).pack_into(m, 0, *values)
+        _packer("".join("q" if x else "d" for x in ints), n).pack_into(m.data, 0, *values)
         cols = np.flatnonzero(ints)
         m[:, cols] = m.view(np.int64)[:, cols]
         return m
@@ -479,8 +481,9 @@ _BIG = np.finfo(np.float64).max
 def _column_rules(model: Model, log: RankLog) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
     """Each column's bounds ``[lo, hi)``, whether it holds integers, and what a bad value was expected to be."""
     sizes = {CONTROL: len(model.policy.states), REASON: len(model.policy.reasons)}
-    lo, hi, whole, want = [], [], [], []
+    rules: list[tuple[float, float, bool, str]] = []  # (lo, hi, whole, want) of each column
     for name, kind in model.columns:
+        rule: tuple[float, float, bool, str]
         if kind in (CONTROL, REASON) or (kind == TEXT and name.split(".", 1)[-1] in model.texts):
             size = sizes.get(kind) or len(model.texts[name.split(".", 1)[-1]])
             rule = (0, size, True, f"an index in [0, {size}) (the header's enums)")
@@ -494,9 +497,9 @@ def _column_rules(model: Model, log: RankLog) -> tuple[np.ndarray, np.ndarray, n
             rule = (-math.inf, math.inf, False, _WANT[kind])
         else:  # a free text in a numbers-only line
             raise LogError(f"{log.files[0]}: column {name} is text; this build reads only numbers in format 2")
-        for out, x in zip((lo, hi, whole, want), rule):
-            out.append(x)
-    return np.array(lo, np.float64), np.array(hi, np.float64), np.array(whole, bool), want
+        rules.append(rule)
+    return (np.array([r[0] for r in rules], np.float64), np.array([r[1] for r in rules], np.float64),
+            np.array([r[2] for r in rules], bool), [r[3] for r in rules])
 
 
 def _validate(m: np.ndarray, rules: tuple[np.ndarray, np.ndarray, np.ndarray, list[str]], log: RankLog, line: np.ndarray,

@@ -144,7 +144,8 @@ class Model:
 
         Each row that fires is decided on its own passes only (``decide`` of every fired row on every pass cost
         a third of the check)."""
-        c, memo = self.c, {}
+        c = self.c
+        memo: dict[str, Any] = {}  # a guard's value (a column or a constant), by the guard's name
         fired = np.full(n, -1, dtype=np.int64)
         at_source: dict[str, np.ndarray] = {}
         for ti, t in enumerate(self.rows):

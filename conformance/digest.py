@@ -121,9 +121,6 @@ class DigestWriter:
                     ranks.append({"header": log.header, "files": log.files, "notes": log.notes, "stats": _stats_dict(st),
                                   "fails": [_fail_row(f) for f in log.fails]})
                 findings = [f for f in report.findings if f.session == s.index and getattr(f, "scope", "rank") == "rank"]
-                counts = Counter()
-                for f in findings:
-                    counts[f"{f.category}/{f.property}"] += 0
                 sessions.append({"ranks": ranks, "chunks": self.chunks.get(s.index, []),
                                  "findings": [_finding_dict(f) for f in findings]})
             rank_counts = {f"{c}/{p}": n - report.cross_counts.get((c, p), 0) for (c, p), n in report.counts.items()}
@@ -411,7 +408,12 @@ def _concat(parts: list[CrossCols]) -> CrossCols:
     def dcat(name: str) -> dict:
         return {k: np.concatenate([getattr(p, name)[k] for p in parts]) for k in getattr(parts[0], name)}
 
-    view = None if parts[0].view is None else tuple(np.concatenate([p.view[i] for p in parts]) for i in range(len(parts[0].view)))
+    def logged_view(p: CrossCols) -> tuple:
+        assert p.view is not None, "a rank's chunks are of one run, whose files share its header's format: all log the view or none"
+        return p.view
+
+    view = None if parts[0].view is None else tuple(np.concatenate([logged_view(p)[i] for p in parts])
+                                                    for i in range(len(parts[0].view)))
     return CrossCols(cat(lambda p: p.number), cat(lambda p: p.digest), dcat("keys"), dcat("nexts"), dcat("befores"),
                      dcat("readings"), cat(lambda p: p.reason), cat(lambda p: p.mixed), dcat("groups"),
                      np.concatenate([p.own for p in parts], axis=1), view, cat(lambda p: p.fi), cat(lambda p: p.line))

@@ -55,7 +55,7 @@ class PassRec(NamedTuple):
     number: int
     now: float
     readings: dict
-    rows: list  # the gathered rows, concatenated in rank order
+    rows: Optional[list]  # the gathered rows, concatenated in rank order; None where the line has none (format 2 compact)
     before: Any
     decision: Any
     wall: float

@@ -466,7 +466,10 @@ def check_chunk(task: ChunkTask) -> ChunkOut:
         if problem:
             raise LogError(problem)
         n = len(cols)
-        view = cols.view if cols.view is not None else model.view_of_rows(cols.rows) if n else None
+        view = cols.view
+        if view is None and n:
+            assert cols.rows is not None, "a line that logs no view (format 1) logs every rank's row"
+            view = model.view_of_rows(cols.rows)
         out = RankOut(cols.number, np.zeros(0, bool), np.zeros(0, np.int16), cols.now, cols.fi, cols.line, {}, None, None,
                       fails=extra.fails, sets=extra.sets, notes=extra.notes)
         if n:
@@ -535,10 +538,11 @@ def _check_rank(out: RankOut, s: Session, log: RankLog, cols: RankCols, view: An
 
 def _rows_checks(checker: PassChecker, model: Model, log: RankLog, cols: RankCols) -> list[Finding]:
     """A line with every rank's row: its digest is theirs, and the view it logged (format 2) their fold."""
-    out = []
+    out: list[Finding] = []
     n = len(cols)
     if log.header["format"] != 2:
         return out
+    assert cols.rows is not None and cols.view is not None, "the caller's line holds every rank's row; format 2 logs the view"
     digests = np.array([digest_of_bytes(r.astype("<i8").tobytes()) for r in cols.rows], dtype=np.int64)
     for i in np.flatnonzero(digests != cols.digest)[:50]:
         out.append(checker.finding(CONFORMANCE, "digest", record(cols, int(i)), f"logged digest {int(cols.digest[i])} is not "
@@ -680,8 +684,9 @@ def cross_check(s: Session, model: Model, cols: list[CrossCols], compact: bool) 
     for r, ix in enumerate(idx):
         present[r, ix] = True
 
-    def matrix(get: Callable[[CrossCols], np.ndarray]) -> np.ndarray:
-        values = [np.asarray(get(c)) for c in cols]
+    def matrix(per_rank: list[np.ndarray]) -> np.ndarray:
+        """Each rank's column (``cols``' order) as its row of an (R, P) matrix over the passes."""
+        values = [np.asarray(v) for v in per_rank]
         dtype = np.result_type(*[v.dtype for v in values]) if values else np.int64
         m = np.zeros((R, P), dtype=dtype)
         for r, (ix, v) in enumerate(zip(idx, values)):
@@ -699,13 +704,13 @@ def cross_check(s: Session, model: Model, cols: list[CrossCols], compact: bool) 
 
     agree = np.ones(P, dtype=bool)
     for k in policy.decision_key:
-        agree &= equal_to_first(matrix(lambda c, k=k: c.keys[k]))
+        agree &= equal_to_first(matrix([c.keys[k] for c in cols]))
     for k in policy.shared:
-        agree &= equal_to_first(matrix(lambda c, k=k: c.nexts[k]))
+        agree &= equal_to_first(matrix([c.nexts[k] for c in cols]))
     same_state = np.ones(P, dtype=bool)
     for k in policy.shared:
-        same_state &= equal_to_first(matrix(lambda c, k=k: c.befores[k]))
-    rows_same = equal_to_first(matrix(lambda c: c.digest))
+        same_state &= equal_to_first(matrix([c.befores[k] for c in cols]))
+    rows_same = equal_to_first(matrix([c.digest for c in cols]))
     count = present.sum(axis=0)
     multi = count > 1
     out = CrossOut(numbers, multi, same_state, {}, count == s.config.world_size, {}, {})
@@ -725,7 +730,7 @@ def cross_check(s: Session, model: Model, cols: list[CrossCols], compact: bool) 
         counting = np.zeros((R, P), dtype=bool)
         for r, (c, ix) in enumerate(zip(cols, idx)):
             counting[r, ix] = c.groups[g.id]
-        out.group_any[g.id] = counting.any(axis=0)
+        out.group_any[g.id] = np.asarray(counting.any(axis=0))
         out.group_ranks[g.id] = counting
     for p in np.flatnonzero(multi & (~agree | ~rows_same)):
         out.interesting[int(p)] = [(r, _lite(model, cols[r], int(np.searchsorted(cols[r].number, numbers[p]))))
@@ -788,7 +793,7 @@ def _rebuilt_checks(s: Session, model: Model, cols: list[CrossCols], present: np
         # a decided pass's stamp: the policy's tag and the pass number the rank logged (no skip flag)
         flat[:, log.group_rank, env.f_stamp] = env.tag_bits | (c.stamp[pos[r]] if c.stamp is not None else 0)
     flat2 = flat.reshape(P, -1)
-    data = memoryview(np.ascontiguousarray(flat2, dtype="<i8")).cast("B")  # each pass's rows hashed in place, not copied
+    data = np.ascontiguousarray(flat2, dtype="<i8").data.cast("B")  # each pass's rows hashed in place, not copied
     size = flat2.shape[1] * 8
     digests = np.array([digest_of_bytes(data[i * size:(i + 1) * size]) for i in range(P)], dtype=np.int64)
     folded = model.view_of_rows(flat2)
@@ -845,8 +850,9 @@ class Stitcher:
         for log in s.logs:
             report.stats[(s.index, log.rank)] = LogStats()
         self.prev_number: Optional[int] = None
-        self.split_since: Optional[int] = None
-        self.group = {g.id: (0, None) for g in model.groups}
+        self.split_since: Optional[tuple[int, str]] = None  # ``checks._compare``'s split: (pass, property)
+        # each group monitor's run carried into the next chunk: (its length, its first pass)
+        self.group: dict[str, tuple[int, Optional[int]]] = {g.id: (0, None) for g in model.groups}
         self.stats = report.session_stats[s.index] = {"passes": 0, "compared": 0, "mixed": 0, "mixed_resolved": Counter(),
                                                       "disagreements": 0}
         self.plot = plot
@@ -899,6 +905,7 @@ class Stitcher:
         # -- continuity of the chunk's first pass, gaps
         first_rec_where = where(0)
         if cont:
+            assert rs.last is not None, "cont: the chunk goes on from the rank's last pass"
             want = _apply_sets(self.step.finalize(rs.last_after), rs.sets.get(rs.last))
             if ro.first_before != want:
                 self._finding(r, CONFORMANCE, "continuity", int(num[0]), first_rec_where, "starts from a state the previous pass "
@@ -1119,13 +1126,13 @@ class Stitcher:
             counts = co.complete & co.group_any[g.id]
             run = run_lengths(counts, starts, run0)
             window = self.limits[g.id]
-            for p in np.flatnonzero(run == window):
-                j = int(p) - window + 1
+            for at in np.flatnonzero(run == window):
+                j = int(at) - window + 1
                 first = int(num[j]) if j >= 0 else start0
-                counting = sorted(s.logs[r].rank for r in np.flatnonzero(co.group_ranks[g.id][:, p]))
-                report.add(Finding(INVARIANT, g.id, s.index, int(num[p]), s.ranks,
-                                   f"passes {first}..{int(num[p])} ({window} = {g.window_text} in a row) "
-                                   f"each have {g.some} (on pass {int(num[p])}: rank {', '.join(map(str, counting))}): "
+                counting = sorted(s.logs[r].rank for r in np.flatnonzero(co.group_ranks[g.id][:, at]))
+                report.add(Finding(INVARIANT, g.id, s.index, int(num[at]), s.ranks,
+                                   f"passes {first}..{int(num[at])} ({window} = {g.window_text} in a row) "
+                                   f"each have {g.some} (on pass {int(num[at])}: rank {', '.join(map(str, counting))}): "
                                    "the group never prefills together", [], first, _known(self.c.profile, g.id, self.policy)))
             last_run = int(run[-1])
             if last_run:

@@ -318,10 +318,10 @@ def text(report: Report, data: dict[str, Any], traces: Optional[list[dict[str, A
         lines += [f"  {n}" for n in notes]
     if report.findings:
         lines.append("violations:")
-        shown: Counter = Counter()
+        listed: Counter[str] = Counter()  # findings listed so far, by property
         for f in report.findings:
-            shown[f.property] += 1
-            if shown[f.property] <= SHOWN_PER_PROPERTY:
+            listed[f.property] += 1
+            if listed[f.property] <= SHOWN_PER_PROPERTY:
                 where = f"  [{', '.join(f.where[:4])}{' ...' if len(f.where) > 4 else ''}]" if f.where else ""
                 lines.append(f"  {f.property}: {f.message}{where}")
         for (cat, prop), n in sorted(report.counts.items()):

@@ -91,6 +91,7 @@ def build_trace(s: Session, maps: list[dict[int, PassRec]], start: int, last: in
         ranks, expect_list = [], []
         for place, m in enumerate(maps):
             r = m[k]
+            assert r.rows is not None, "every rank logged the pass (choose_window), so stream.window rebuilt its rows"
             own = r.rows[place * n:place * n + k_policy]
             inp = policy.log.inputs_from_row(PY, own, r.readings)
             ranks.append({**{fld.trace_name: getattr(inp, fld.name) for fld in policy.trace.inputs}, "now_s": r.now})
