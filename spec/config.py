@@ -116,6 +116,7 @@ class Config(Layout):
     """
 
     policy_name: ClassVar[str] = ""
+    profile: str  # every policy's dataclass declares it: the profile its defaults and features come from
     _features: frozenset[str]
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "Config":
@@ -134,9 +135,9 @@ class Config(Layout):
         """
         from .registry import known_profile, policy_of, resolve_profile
 
-        if not known_profile(self.profile):  # type: ignore[attr-defined]
+        if not known_profile(self.profile):
             return
-        name = resolve_profile(self.profile)  # type: ignore[attr-defined]
+        name = resolve_profile(self.profile)
         for param, value in policy_of(name).profile(name).defaults:
             if getattr(self, param) is None:
                 object.__setattr__(self, param, value)
@@ -150,7 +151,7 @@ class Config(Layout):
             if not p.check(value):
                 raise ConfigError(f"invalid {p.name}={value!r}: expected {p.valid}")
         # A release name (sglang-0.5.20) is stored as the profile it is (sglang-0.5.19).
-        profile = resolve_profile(self.profile)  # type: ignore[attr-defined]
+        profile = resolve_profile(self.profile)
         if policy_of(profile).name != self.policy_name:
             raise ConfigError(f"profile {profile!r} is a profile of policy {policy_of(profile).name!r}, not {self.policy_name!r}")
         object.__setattr__(self, "profile", profile)

@@ -167,7 +167,7 @@ def pass_columns(policy: Any, readings: bool = True) -> list[tuple[str, str]]:
 _LE = struct.Struct("<q")
 
 
-def digest_of_bytes(data: bytes) -> int:
+def digest_of_bytes(data: bytes | memoryview) -> int:
     """The digest of gathered rows already packed as little-endian int64 (what ``rows_digest`` hashes)."""
     return int.from_bytes(hashlib.blake2b(data, digest_size=6).digest(), "little")
 

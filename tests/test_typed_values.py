@@ -46,7 +46,7 @@ def test_plain_writes_a_value_as_it_is_typed(x: object, shown: str) -> None:
     # a bound the user is told to stay within, written as one would type it (it read "(0, 1.04858e+06]", 1048576 rounded)
     ([*POISSON, "--queue-min-ratio", "2000000"], "invalid --queue-min-ratio 2000000: expected a finite number in (0, 1048576]"),
     ([*POISSON, "--profile", "aligned", "--set", "busy_watermark=0.1", "--set", "low_load_watermark=0.123456789"],
-     "busy_watermark=0.1 must be above low_load_watermark=0.123456789 "),
+     "--set busy_watermark=0.1 must be above --set low_load_watermark=0.123456789 "),
 ])
 def test_an_option_s_value_in_a_message(argv: list[str], said: str, capsys: pytest.CaptureFixture) -> None:
     assert cli(argv) == 2
