@@ -32,7 +32,7 @@ import os
 import time
 import types
 import weakref
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, cast
 
 from ..fsm import DelayerMachine, Step
 from ..fsm.compiled import CompiledStep
@@ -43,7 +43,7 @@ from ..spec.policy import ALL_GATHER
 from .decision_log import DecisionLog, open_decision_log
 from .envelope import PASS_MASK, Envelope, ensure_rows, envelope_positions
 from .errors import CollectiveError
-from .gather import GatherFn, describe
+from .gather import Collective, GatherFn, describe
 # Fire every pass through the ``transitions`` machine too and compare (tests, debugging).
 CROSSCHECK_ENV = "PREFILL_DELAYER_CROSSCHECK"
 CROSSCHECK_ON, CROSSCHECK_OFF = ("1", "true"), ("", "0", "false")  # as SGLang's bool variables, case-insensitive
@@ -78,7 +78,7 @@ class PolicyCore:
     def __init__(
         self,
         config: Any,
-        gather: GatherFn,
+        gather: Collective,
         *,
         clock: Optional[Callable[[], float]] = None,
         decision_log: Any = None,
@@ -97,7 +97,8 @@ class PolicyCore:
                 f"the gather's group has {size} ranks but the configuration needs {c.world_size} "
                 "(dp_size x attn_cp_size x attn_tp_size with DP attention, else attn_cp_size x attn_tp_size)"
             )
-        self._gather: GatherFn = gather
+        # An all-reduce comes only to an all-reduce policy's core (``__new__``), which calls its ``all_reduce`` instead.
+        self._gather = cast(GatherFn, gather)
         # A gather that can hand back the concatenated rows (``TorchGather``) saves
         # building per-rank lists; any other is flattened after a shape check.
         self._gather_flat: Optional[Callable[[Sequence[int]], Sequence[int]]] = getattr(gather, "gather_flat", None)
@@ -265,12 +266,12 @@ class PolicyCore:
         """Every rank's row, concatenated; ``CollectiveError`` when the gather fails or returns another shape."""
         gather_flat = self._gather_flat
         try:
-            flat = gather_flat(row) if gather_flat is not None else self._gather(row)
+            if gather_flat is not None:
+                return gather_flat(row)
+            rows = self._gather(row)
         except Exception as err:
             raise self._gather_failure(err, pass_number) from err
-        if gather_flat is None:
-            flat = ensure_rows(flat, self.envelope, pass_number, self._group)
-        return flat
+        return ensure_rows(rows, self.envelope, pass_number, self._group)
 
     def _gather_failure(self, err: BaseException, pass_number: int) -> CollectiveError:
         """The error of a gather that raised. Before any pass has succeeded, it says what a peer that
@@ -292,9 +293,10 @@ class PolicyCore:
         """The pass's quick check of the gathered rows failed. It compares columns with lists, so rows that came
         back as another sequence (a ``gather_flat`` returning a tuple or an array) are checked again by the
         envelope's own test and go on, as a list, when clean; anything else raises the error they call for."""
-        if not problems and not isinstance(flat, list) and self.envelope.clean(flat, stamp):
+        envelope: Envelope = self.envelope  # an all-gather's (an all-reduce's core has its own pass)
+        if not problems and not isinstance(flat, list) and envelope.clean(flat, stamp):
             return list(flat)
-        self.envelope.reject(flat, pass_number, self._group, problems, clock_error, self._gather_again)
+        envelope.reject(flat, pass_number, self._group, problems, clock_error, self._gather_again)
 
     def _gather_again(self, row: list[int]) -> Sequence[int]:
         """One more row through this pass's gather (a rejected pass's detail: ``runtime.failure_detail``)."""

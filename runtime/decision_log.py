@@ -194,12 +194,13 @@ def place_in_gather(gather: Any) -> tuple[int, Optional[int], Optional[list[int]
     torch is never imported here: a gather over torch has imported it already.
     """
     dist = sys.modules.get("torch.distributed")
-    up = dist is not None and dist.is_available() and dist.is_initialized()
+    if dist is not None and not (dist.is_available() and dist.is_initialized()):
+        dist = None  # not up: no rank to ask it for
     group_rank = getattr(gather, "rank", None)
     if isinstance(group_rank, bool) or not isinstance(group_rank, int):
         group_rank = None
     group = getattr(gather, "_group", None) if type(gather).__name__ == "TorchGather" else None
-    if up and type(gather).__name__ == "TorchGather":
+    if dist is not None and type(gather).__name__ == "TorchGather":
         ranks: Optional[list[int]]
         try:
             ranks = list(dist.get_process_group_ranks(group if group is not None else dist.group.WORLD))
@@ -208,7 +209,7 @@ def place_in_gather(gather: Any) -> tuple[int, Optional[int], Optional[list[int]
         return dist.get_rank(), group_rank, ranks
     if group_rank is not None:
         return group_rank, group_rank, None
-    return (dist.get_rank() if up else 0), None, None
+    return (dist.get_rank() if dist is not None else 0), None, None
 
 
 def _safe(x: Any) -> Any:

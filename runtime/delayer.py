@@ -22,7 +22,7 @@ from ..spec.registry import DEFAULT_PROFILE, policy_of
 from . import metrics as _metrics
 from .core import CROSSCHECK_ENV, PolicyCore
 from .envelope import Envelope
-from .gather import GatherFn, default_gather
+from .gather import Collective, default_gather
 from .metrics import record_single_pass_result
 
 __all__ = ["CROSSCHECK_ENV", "PrefillDelayer", "PrefillDelayerSinglePassExecutor", "check_params", "host_config",
@@ -125,7 +125,7 @@ class PrefillDelayer:
         device_group: Any = None,
         *,
         profile: str = DEFAULT_PROFILE,
-        gather: Optional[GatherFn] = None,
+        gather: Optional[Collective] = None,
         clock: Optional[Callable[[], float]] = None,
         attn_cp_size: int = 1,
         decision_log: Any = None,

@@ -13,7 +13,7 @@ from typing import Mapping, Optional, Sequence
 from ..spec.errors import ConfigError, PassInputError, PrefillDelayerError
 
 
-def _rebuild(cls: type, args: tuple, state: dict) -> BaseException:
+def _rebuild(cls: type[BaseException], args: tuple, state: dict) -> BaseException:
     err = cls.__new__(cls)
     err.args = args
     err.__dict__.update(state)

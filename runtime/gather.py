@@ -15,13 +15,26 @@ from __future__ import annotations
 
 import ctypes
 import warnings
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence, Union
 
 from ..spec.errors import ConfigError
 
 Row = Sequence[int]
 Rows = Sequence[Sequence[int]]
 GatherFn = Callable[[Row], Rows]
+
+
+class AllReduceFn(Protocol):
+    """The collective of an all-reduce policy (``runtime.reduce.TorchAllReduce``): the reduced row, for this rank's.
+    That policy's core calls its ``all_reduce``; given a plain gather instead (``runtime.inprocess``), it reduces the
+    gathered rows itself."""
+
+    def all_reduce(self, row: Row) -> Sequence[int]: ...
+
+    def __call__(self, row: Row) -> Sequence[int]: ...
+
+
+Collective = Union[GatherFn, AllReduceFn]  # what a core takes: the all-reduce only for a policy that declares one
 
 
 def import_torch() -> tuple[Any, Any]:
@@ -99,7 +112,8 @@ class TorchGather:
 
     def gather_flat(self, row: Row) -> list[int]:
         """Every rank's row, concatenated in rank order (``world_size * row_len`` ints)."""
-        self._send_view[:] = row  # raises on a wrong length or a value outside int64
+        # Raises on a wrong length or a value outside int64.
+        self._send_view[:] = row  # type: ignore[call-overload]  # ctypes takes any sequence (typeshed: a list)
         if not self._on_host:
             self._send.copy_(self._send_host, non_blocking=True)
         self._dist.all_gather_single(self._recv, self._send, group=self._group)

@@ -234,7 +234,7 @@ class TorchAllReduce:
         self._view = (ctypes.c_int64 * row_len).from_address(host.data_ptr())
 
     def all_reduce(self, row: Sequence[int]) -> list[int]:
-        self._view[:] = row
+        self._view[:] = row  # type: ignore[call-overload]  # ctypes takes any sequence (typeshed: a list)
         if not self._on_host:
             self._buf.copy_(self._host, non_blocking=True)
         self._dist.all_reduce(self._buf, op=self._op, group=self._group)
