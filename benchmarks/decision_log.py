@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from . import at_least, parser, run_main, verdict
 from .runtime import MAX_DELAY_PASSES, SERVER_ARGS, WATERMARK, _inputs
@@ -151,13 +151,17 @@ def write_group_day(folder: Path, records: int, world: int = WORLD, seed: int = 
         def __init__(self, rank: int) -> None:
             self.rank = rank
 
-        def __call__(self, row: list[int]) -> list[list[int]]:
+        def __call__(self, row: Sequence[int]) -> list[list[int]]:
             if list(row) != rows[self.rank]:
                 raise AssertionError(f"rank {self.rank} built {row}, the spec {rows[self.rank]}")
             return [rows[r] for r in range(world)]
 
     clocks = [[1000.0 + 7.0 * r] for r in range(world)]
-    cores = [PolicyCore(c, Lockstep(r), clock=lambda r=r: clocks[r][0],
+
+    def clock_of(rank: int) -> Callable[[], float]:
+        return lambda: clocks[rank][0]
+
+    cores = [PolicyCore(c, Lockstep(r), clock=clock_of(r),
                         decision_log=DecisionLogOptions(folder, folder=True, max_bytes=2**40)) for r in range(world)]
     rng = random.Random(seed)
     passes = records // world

@@ -41,7 +41,7 @@ from ..spec.config import plain
 
 # Per runner ("bare", "ours", "seed"), one (wall, CPU) µs-per-pass pair per round.
 Timings = dict[str, list[tuple[float, float]]]
-SERVER_ARGS = dict(enable_dp_attention=True, prefill_delayer_queue_min_ratio=0.5, prefill_delayer_max_delay_ms=None)
+SERVER_ARGS: dict[str, Any] = dict(enable_dp_attention=True, prefill_delayer_queue_min_ratio=0.5, prefill_delayer_max_delay_ms=None)
 MAX_DELAY_PASSES = 30
 WATERMARK = 0.5
 RATIO_TARGET = 0.25  # ours extra per pass <= 1/4 of the seed's, on CPU, every world

@@ -27,7 +27,7 @@ from ..sim.config import GATHERS, SimConfig, Variant
 from ..sim.engine import run_variant
 from ..sim.errors import SimInputError
 from ..spec.errors import ConfigError
-from ..sim.workload import Lengths, LongPrompt, Poisson
+from ..sim.workload import Lengths, LongPrompt, Poisson, Workload
 
 TARGET_S = 20.0
 TARGET_PASSES = 10_000
@@ -38,7 +38,7 @@ TARGET_RATE_DP = 8
 TARGET_RATE_GATHER = "lockstep"
 
 
-def workloads(dp_size: int) -> dict[str, object]:
+def workloads(dp_size: int) -> dict[str, Workload]:
     return {
         "long-prompt (#35241, drifted)": LongPrompt(
             concurrency=2 * dp_size, prompt=Lengths(90000, 90000), output=Lengths(16, 16), drift=("random", 3)
