@@ -24,9 +24,12 @@ import os
 import select
 import sys
 from dataclasses import dataclass
-from typing import IO, Any, Iterator, NoReturn, Optional, Sequence
+from typing import IO, TYPE_CHECKING, Any, Iterator, NoReturn, Optional, Sequence
 
 from . import INTERRUPTED, interrupted
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite  # argparse's own type for the stream it prints to
 
 READER_GONE = 141  # 128 + SIGPIPE, what a shell reports for a filter whose reader closed the pipe (`| head`)
 
@@ -75,7 +78,7 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message}; see {self.prog} --help\n")
 
-    def _print_message(self, message: str, file: Optional[IO[str]] = None) -> None:
+    def _print_message(self, message: str, file: Optional[SupportsWrite[str]] = None) -> None:
         """argparse's (``--help``, ``--version``, a usage error), flushed, and a reader gone (``--help | head``) ends the
         command quietly with 141 as any output of it does (argparse's own swallows the error: exit 0 having printed
         nothing, or Python's 'Exception ignored ... BrokenPipeError' and 120)."""
@@ -84,7 +87,9 @@ class Parser(argparse.ArgumentParser):
             return
         try:
             stream.write(message)
-            stream.flush()
+            flush = getattr(stream, "flush", None)  # argparse's streams are files; a writer without one buffers nothing
+            if flush is not None:
+                flush()
         except BrokenPipeError:
             if _reader_gone():
                 raise SystemExit(READER_GONE) from None
