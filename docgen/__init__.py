@@ -27,7 +27,7 @@ import inspect
 import re
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Literal, Optional
 
 from transitions.extensions.diagrams import GraphMachine
 
@@ -99,7 +99,7 @@ def _title(group: tuple[str, ...]) -> str:
     return ("profile " if len(group) == 1 else "profiles ") + ", ".join(group)
 
 
-def build_machine(group: tuple[str, ...], graph_engine: str) -> GraphMachine:
+def build_machine(group: tuple[str, ...], graph_engine: Literal["pygraphviz", "graphviz", "mermaid"]) -> GraphMachine:
     """The group's transitions machine, built by ``add_table`` as the runtime's is, with diagram support."""
     profile = group[0]
     policy = policy_of(profile)
@@ -460,7 +460,7 @@ def _features(page: Page) -> None:
 
 
 def _table_rows(r: Renderer, rows: Iterable[Transition]) -> list[tuple[str, ...]]:
-    out = []
+    out: list[tuple[str, ...]] = []
     pol = r.policy
     for t in rows:
         formula = row_formula(r, t).text if t.lits else "always"
