@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import copy
 import time
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ class Result:
     trace: Optional[dict] = field(default=None, repr=False)
     trace_path: Optional[str] = None
 
-    @property
+    @builtins.property  # in this class body ``property`` is the field above
     def ok(self) -> bool:
         return self.status == self.expected
 
