@@ -221,7 +221,8 @@ def _holds_at(choice: Choice, reading: Any) -> bool:
 
 
 def _shown(choice: Choice, reads: tuple) -> tuple[tuple[str, str], ...]:
-    return tuple((r.name + (f"; {chunk_hold.shown(choice.chunk_hold)}" if _holds_at(choice, r) else ""), r.where)
+    hold = choice.chunk_hold
+    return tuple((r.name + (f"; {chunk_hold.shown(hold)}" if hold is not None and _holds_at(choice, r) else ""), r.where)
                  for r in reads)
 
 
