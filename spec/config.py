@@ -92,15 +92,22 @@ class Layout:
     ``dp_size`` may be a Z3 term in a symbolic configuration; the rest are ints.
     """
 
+    # Declared here for the readers typed by the base class (the runtime, check-log); every policy's dataclass
+    # sets them (``layout_params``). Layout is no dataclass, so these add no field.
+    dp_size: Any
+    attn_tp_size: int
+    attn_cp_size: int
+    enable_dp_attention: bool
+
     @property
     def dp_dim(self) -> Any:
         """Number of DP groups in the gather (the seed's ``dp_size_dim``)."""
-        return self.dp_size if self.enable_dp_attention else 1  # type: ignore[attr-defined]
+        return self.dp_size if self.enable_dp_attention else 1
 
     @property
     def group_size(self) -> int:
         """Ranks per DP group in the gather; the first of each group is counted."""
-        return self.attn_cp_size * self.attn_tp_size  # type: ignore[attr-defined, no-any-return]
+        return self.attn_cp_size * self.attn_tp_size
 
     @property
     def world_size(self) -> Any:
@@ -192,8 +199,10 @@ class SymLayout(Layout):
     """``Layout`` with the profile's features, for a proofs' configuration (``ProofHooks.sym_config``) whose
     dataclass has a ``profile`` field, as ``Config`` reads them from its own."""
 
+    profile: str
+
     @property
     def features(self) -> frozenset[str]:
         from .registry import policy_of
 
-        return policy_of(self.profile).features_of(self.profile)  # type: ignore[attr-defined, no-any-return]
+        return policy_of(self.profile).features_of(self.profile)
