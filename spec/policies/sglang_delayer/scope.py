@@ -97,7 +97,7 @@ def concrete(fam: Family, scope: Scope) -> Family:
 def _ratio_text(ratio: Any) -> str:
     if ratio is None:
         return "off"
-    return f"any in (0, {int(MAX_QUEUE_MIN_RATIO)}]" if ratio == ANY_RATIO else plain(ratio)  # as --queue-min-ratio was typed
+    return f"any in (0, {plain(MAX_QUEUE_MIN_RATIO)}]" if ratio == ANY_RATIO else plain(ratio)  # as --queue-min-ratio was typed
 
 
 def scope_ranges(fams: Iterable[Family]) -> str:
