@@ -12,7 +12,9 @@ def add_arguments(replay: argparse.ArgumentParser) -> None:
 
 
 def options_problem(args: Any) -> Optional[str]:
-    return None  # the trace is checked when it is read
+    if not args.trace:  # an empty name would open the current folder
+        return "TRACE needs a file name, got an empty string"
+    return None  # the trace itself is checked when it is read
 
 
 def main(args: Any) -> int:

@@ -1,4 +1,5 @@
-"""Output files of every subcommand: checked before the work starts, written together after it.
+"""Output files of every subcommand: checked before the work starts, written together after it; and input files,
+read whole (``read_input``).
 
 A base layer: it imports nothing of the package, so ``prove``, ``docs``, ``check-log``
 and ``simulate`` check and write their outputs the same way. A subcommand declares its
@@ -387,3 +388,28 @@ def _sigint_held() -> Iterator[None]:
     finally:
         if can:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+# ----- input files: read whole, but never from a device, and interruptible ------------------------------------------
+
+_READ_CHUNK = 1 << 20  # a read this size returns to Python between chunks, so Ctrl-C ends an endless input
+
+
+def read_input(path: PathLike) -> bytes:
+    """The bytes of input file ``path``, read to its end in chunks; an ``OSError`` whose ``strerror`` says why not.
+
+    Why not a plain ``read()``: one ``read()`` of ``/dev/zero`` grows one buffer until memory runs out, and Ctrl-C
+    waits for it to return. A regular file or a pipe (``--trace <(zcat trace.csv.gz)``) is read; a folder, a
+    device or a socket is refused, and so is an empty name, which would otherwise open the current folder."""
+    if not os.fspath(path):
+        raise OSError(errno.ENOENT, "no file name given (an empty string)")
+    fd = os.open(path, os.O_RDONLY)  # a folder opens too, so that it is named as one below
+    mode = os.fstat(fd).st_mode
+    if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
+        os.close(fd)
+        raise OSError(errno.EINVAL, f"{_kind(mode) or 'not a regular file'}, not a file")
+    with open(fd, "rb", buffering=0) as f:
+        chunks = []
+        while chunk := f.read(_READ_CHUNK):
+            chunks.append(chunk)
+    return b"".join(chunks)

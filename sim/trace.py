@@ -17,6 +17,7 @@ import math
 from pathlib import Path
 from typing import Any, Optional
 
+from ..files import read_input
 from .errors import TraceFileError
 from .workload import TraceReplay
 
@@ -26,7 +27,7 @@ COLUMNS = ("arrival", "prompt_tokens", "output_tokens")
 def load_trace(path: str) -> TraceReplay:
     """Parse ``path`` (``.csv``, or ``.jsonl`` / ``.ndjson``; otherwise by its first character)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_input(path).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise TraceFileError(path, 1, f"not UTF-8 text ({exc.reason})") from None
     except OSError as exc:

@@ -212,6 +212,47 @@ def test_replay_of_an_unreadable_file(tmp_path: Path, capsys: pytest.CaptureFixt
     assert_clean_failure(code, out, err, f"prefill-delayer replay: cannot read trace {trace_file}: ", fragment)
 
 
+def run_bounded(argv: list[str]) -> "subprocess.CompletedProcess[str]":
+    """``prefill-delayer ARGV`` in a child whose heap is capped at 2 GiB and whose run at 120 s: a reader that reads
+    without end fails the test instead of taking the machine's memory."""
+    import resource
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_DATA, (1 << 31, 1 << 31))
+
+    return subprocess.run([sys.executable, "-m", "prefill_delayer.cli", *argv], capture_output=True, text=True,
+                          timeout=120, preexec_fn=cap)
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero on this system")
+def test_replay_refuses_a_device_it_would_read_without_end() -> None:
+    """``/dev/zero`` never ends: read whole, it took memory until none was left, and Ctrl-C did not stop it."""
+    done = run_bounded(["replay", "/dev/zero"])
+    assert_clean_failure(done.returncode, done.stdout, done.stderr, "prefill-delayer replay: cannot read trace /dev/zero: ",
+                         "cannot open it: a character device, not a file")
+
+
+def test_replay_reads_a_trace_from_a_pipe_and_refuses_a_folder_or_an_empty_name(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A pipe (``replay <(zcat t.json.gz)``) is a trace like a file; a folder is named as one, and an empty name is a
+    usage error, where it used to open the current folder."""
+    import os
+    import threading
+
+    fifo = tmp_path / "trace.pipe"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=fifo.write_text, args=(json.dumps(good_trace()),))
+    writer.start()
+    code, out, err = _replay(capsys, fifo)
+    writer.join(timeout=60)
+    assert (code, err) == (0, ""), out
+    assert out.splitlines()[-1].startswith("REPRODUCED")
+    code, out, err = _replay(capsys, tmp_path)
+    assert_clean_failure(code, out, err, f"prefill-delayer replay: cannot read trace {tmp_path}: ", "a folder, not a file")
+    code, out, err = _replay(capsys, "")  # type: ignore[arg-type]
+    assert_clean_failure(code, out, err, "prefill-delayer replay: ", "TRACE needs a file name, got an empty string")
+
+
 def test_valid_trace_replays_with_exit_0_or_1(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """The hand-made trace reproduces on the seed (0) and not on 0.5.17, whose all branch is capped (1)."""
     for profile, expected in (("seed", 0), ("sglang-0.5.17", 1), ("sglang-0.5.18", 1)):

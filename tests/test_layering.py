@@ -30,7 +30,7 @@ ALLOWED: dict[str, set[str]] = {
     "spec": set(),
     "fsm": {"spec"},
     "runtime": {"spec", "fsm"},
-    "traces": {"spec", "fsm", "runtime"},
+    "traces": {"files", "spec", "fsm", "runtime"},
     "proofs": {"workers", "spec", "fsm", "traces"},
     "conformance": {"files", "workers", "spec", "fsm", "runtime", "traces"},
     "sim": {"files", "workers", "spec", "fsm", "runtime", "integrations"},

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import threading
 
 import pytest
 
@@ -139,6 +141,28 @@ def test_a_missing_or_binary_trace(tmp_path):
     bad.write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(TraceFileError, match=r"bin\.csv:1: not UTF-8"):
         load_trace(str(bad))
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="no /dev/zero on this system")
+def test_a_trace_from_a_device_is_refused_not_read_without_end():
+    """``/dev/zero`` never ends: read whole, it took every byte of memory. Run in a child with its heap capped, so
+    that a reader that reads it again fails this test rather than the machine."""
+    from test_cli_input import run_bounded
+
+    done = run_bounded(["simulate", "--workload", "trace", "--trace", "/dev/zero", "--no-progress"])
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr[-2000:]
+    assert done.stderr == "prefill-delayer simulate: /dev/zero: cannot read the trace: a character device, not a file\n"
+
+
+def test_a_trace_from_a_pipe_is_read(tmp_path):
+    """``--trace <(zcat trace.csv.gz)``: a pipe is read as a file is."""
+    fifo = tmp_path / "trace.pipe"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=fifo.write_text, args=("arrival,prompt_tokens,output_tokens\n0,200,7\n",))
+    writer.start()
+    trace = load_trace(str(fifo))
+    writer.join(timeout=60)
+    assert trace.rows == ((0.0, 200, 7),)
 
 
 @pytest.mark.parametrize("prompt, drift, flag, said", [

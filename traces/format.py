@@ -15,6 +15,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from ..files import read_input
 from ..spec.errors import ConfigError
 from ..spec.fields import BOOL, COUNT, INT64_MAX, MAX_COUNT, REASON, USAGE
 from ..spec.registry import known_profile, policy_of, resolve_profile
@@ -246,7 +247,7 @@ def trace_file(trace: dict[str, Any]) -> tuple[str, str]:
 
 def _read_text(path: str | Path) -> str:
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return read_input(path).decode("utf-8")
     except OSError as exc:
         raise TraceReadError("", f"cannot open it: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
