@@ -132,7 +132,11 @@ def main(args: Any) -> int:
                 report, data = merge_digests(args.paths, jobs=args.jobs)
                 written = None
             else:
-                digest = out.path("--digest") if args.digest is not None else None
+                digest = None
+                if args.digest is not None:
+                    from ..conformance.digest import DigestWriter
+
+                    digest = DigestWriter(out.path("--digest"), name=f"--digest {args.digest}", staged=True)
                 report, data, written = check_logs(args.paths, own_profile=args.own_profile, traces=args.traces,
                                                    exact=args.exact, sample=args.sample, jobs=args.jobs,
                                                    plot=args.plot is not None, progress=progress, digest=digest,

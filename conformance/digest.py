@@ -26,6 +26,7 @@ for any engine that maps a function over nodes (Ray, Dask).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -33,10 +34,11 @@ import zipfile
 import zlib
 from collections import Counter
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import numpy as np
 
+from ..files import OutputError, write_failed
 from ..spec.config import Config
 from ..spec.schema import KIND_HEADER, MODE_COMPACT
 from .checks import Finding, LogStats, Report, Session, divergence_is_no_known_defect
@@ -79,21 +81,43 @@ def _finding_dict(f: Finding) -> dict[str, Any]:
 
 
 class DigestWriter:
-    """A node's digest, written as check-log goes (``keep`` of ``stream.check_stream``) and closed with its report."""
+    """A node's digest, written as check-log goes (``keep`` of ``stream.check_stream``) and closed with its report.
 
-    def __init__(self, path: str) -> None:
+    ``name``: the digest as a failed write names it (the command's option and the file the user gave; else ``path``):
+    a full disk's ``[Errno 28] No space left on device`` alone names no file. ``staged``: ``path`` is already a
+    temporary its caller renames into place with its other outputs (``files.Staged``), so it is written as it is,
+    keeping the mode the caller gave it; else the digest is written beside ``path`` and renamed into place when whole.
+    """
+
+    def __init__(self, path: "str | os.PathLike[str]", name: Optional[str] = None, staged: bool = False) -> None:
         self.path = Path(path)
-        self.tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        self.name = os.fspath(path) if name is None else name
+        self.staged = staged
+        self.tmp = self.path if staged else self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
             self.zip = zipfile.ZipFile(self.tmp, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1)
         except OSError as exc:  # named as the caller named it, not as the temporary beside it
-            raise LogError(f"{path}: cannot write the digest there: {exc.strerror or exc}") from None
+            raise LogError(f"{self.name}: cannot write the digest there: {exc.strerror or exc}") from None
         self.chunks: dict[int, list[dict[str, Any]]] = {}
 
     def discard(self) -> None:
-        """The check failed: no digest, and no temporary left beside where it would have gone."""
-        self.zip.close()
-        self.tmp.unlink(missing_ok=True)
+        """The check failed: no digest, and no temporary left beside where it would have gone. Closing the archive
+        writes its index, which fails again on a full disk: the temporary goes all the same."""
+        try:
+            with contextlib.suppress(OSError):
+                self.zip.close()
+        finally:
+            self.tmp.unlink(missing_ok=True)
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """A failed write (a full disk) as the error that names the digest, not the temporary written."""
+        try:
+            yield
+        except OutputError:
+            raise
+        except OSError as exc:
+            raise write_failed(self.name, exc) from None
 
     def _array(self, name: str, a: np.ndarray) -> None:
         buf = io.BytesIO()
@@ -106,33 +130,39 @@ class DigestWriter:
         for r, cc in enumerate(out.cross_cols):
             buf = io.BytesIO()
             np.savez_compressed(buf, **cc.arrays(""))
-            self.zip.writestr(zipfile.ZipInfo(f"s{s.index}/c{j}/r{r}.npz"), buf.getvalue(), compress_type=zipfile.ZIP_STORED)
+            with self._writing():
+                self.zip.writestr(zipfile.ZipInfo(f"s{s.index}/c{j}/r{r}.npz"), buf.getvalue(), compress_type=zipfile.ZIP_STORED)
         self.chunks[s.index].append({"lo": out.task.lo, "hi": out.task.hi})
 
     def close(self, report: Report, data: dict[str, Any]) -> None:
         try:
-            sessions = []
-            for s in report.sessions:
-                ranks = []
-                for r, log in enumerate(s.logs):
-                    st = report.stats[(s.index, log.rank)]
-                    waits = [np.asarray(w, dtype=np.float64).reshape(-1) for w in st.waits]
-                    self._array(f"s{s.index}/waits/r{r}", np.concatenate(waits) if waits else np.zeros(0))
-                    ranks.append({"header": log.header, "files": log.files, "notes": log.notes, "stats": _stats_dict(st),
-                                  "fails": [_fail_row(f) for f in log.fails]})
-                findings = [f for f in report.findings if f.session == s.index and getattr(f, "scope", "rank") == "rank"]
-                sessions.append({"ranks": ranks, "chunks": self.chunks.get(s.index, []),
-                                 "findings": [_finding_dict(f) for f in findings]})
-            rank_counts = {f"{c}/{p}": n - report.cross_counts.get((c, p), 0) for (c, p), n in report.counts.items()}
-            meta = {"tool": TOOL, "format": DIGEST_FORMAT, "spec_hash": data["spec_hash"], "sessions": sessions,
-                    "counts": {k: v for k, v in rank_counts.items() if v}, "notes": data["notes"],
-                    "checked": report.checked["conformance"], "refired": report.refired}
-            self.zip.writestr("meta.json", json.dumps(meta))
-            self.zip.close()
-            os.replace(self.tmp, self.path)
+            with self._writing():
+                self._close(report, data)
         except BaseException:
             self.discard()
             raise
+
+    def _close(self, report: Report, data: dict[str, Any]) -> None:
+        sessions = []
+        for s in report.sessions:
+            ranks = []
+            for r, log in enumerate(s.logs):
+                st = report.stats[(s.index, log.rank)]
+                waits = [np.asarray(w, dtype=np.float64).reshape(-1) for w in st.waits]
+                self._array(f"s{s.index}/waits/r{r}", np.concatenate(waits) if waits else np.zeros(0))
+                ranks.append({"header": log.header, "files": log.files, "notes": log.notes, "stats": _stats_dict(st),
+                              "fails": [_fail_row(f) for f in log.fails]})
+            findings = [f for f in report.findings if f.session == s.index and getattr(f, "scope", "rank") == "rank"]
+            sessions.append({"ranks": ranks, "chunks": self.chunks.get(s.index, []),
+                             "findings": [_finding_dict(f) for f in findings]})
+        rank_counts = {f"{c}/{p}": n - report.cross_counts.get((c, p), 0) for (c, p), n in report.counts.items()}
+        meta = {"tool": TOOL, "format": DIGEST_FORMAT, "spec_hash": data["spec_hash"], "sessions": sessions,
+                "counts": {k: v for k, v in rank_counts.items() if v}, "notes": data["notes"],
+                "checked": report.checked["conformance"], "refired": report.refired}
+        self.zip.writestr("meta.json", json.dumps(meta))
+        self.zip.close()
+        if not self.staged:
+            os.replace(self.tmp, self.path)
 
 
 def node_digest(paths: list[str], out: str, **options: Any) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import errno
 import io
 import json
 import os
@@ -63,7 +64,7 @@ WORK = {
 }
 # (command, option, a file name it takes); folder options have no suffix.
 FILE_OPTIONS = [("prove", "--json", "r.json"), ("check-log", "--json", "r.json"), ("check-log", "--plot", "t.png"),
-                ("simulate", "--json", "s.json"), ("simulate", "--plot", "s.png")]
+                ("check-log", "--digest", "n.digest"), ("simulate", "--json", "s.json"), ("simulate", "--plot", "s.png")]
 FOLDER_OPTIONS = [("prove", "--traces"), ("docs", "--out"), ("check-log", "--traces")]
 
 
@@ -159,9 +160,9 @@ def umask(mask: int) -> Iterator[None]:
 
 
 def looks_written(path: Path) -> None:
-    """The file holds what its option writes: a JSON document, or a picture in its suffix's format."""
+    """The file holds what its option writes: a JSON document, a picture in its suffix's format, or a digest (a zip)."""
     data = path.read_bytes()
-    magic = {".png": b"\x89PNG\r\n\x1a\n", ".pdf": b"%PDF"}
+    magic = {".png": b"\x89PNG\r\n\x1a\n", ".pdf": b"%PDF", ".digest": b"PK\x03\x04"}
     if path.suffix in magic:
         assert data.startswith(magic[path.suffix]), data[:16]
     elif path.suffix == ".svg":
@@ -394,7 +395,7 @@ def test_check_log_plot_refuses_other_formats_before_reading(seed_logs: Path, no
 ALL_OUTPUTS = [
     pytest.param("prove", ["--traces", "out/t", "--json", "out/r.json"], marks=_needs("prove", ""), id="prove"),
     pytest.param("docs", ["--out", "out/docs"], marks=_needs("docs", ""), id="docs"),
-    pytest.param("check-log", ["--traces", "out/t", "--json", "out/r.json", "--plot", "out/p.png"],
+    pytest.param("check-log", ["--traces", "out/t", "--json", "out/r.json", "--plot", "out/p.png", "--digest", "out/n.digest"],
                  marks=_needs("check-log", "--plot"), id="check-log"),
     pytest.param("simulate", ["--plot", "out/s.png", "--json", "out/s.json"], marks=_needs("simulate", "--plot"), id="simulate"),
 ]
@@ -431,6 +432,64 @@ def test_a_failure_while_writing_leaves_no_output(command: Any, monkeypatch: pyt
     assert any(f"{o.split()[0]} {tmp_path / 'out'}" in err for o in outputs if o.startswith("--")), err
     assert ".part" not in err, err
     assert tree(tmp_path) == []  # nothing written, no folder created for it, no temporary file left
+
+
+class _FullDisk(io.FileIO):
+    """A file on a disk with ``room`` bytes free: every write past them fails, as on a real full disk."""
+
+    room = 0
+
+    def write(self, data: Any) -> int:
+        if self.tell() + len(data) > self.room:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return super().write(data)
+
+
+@contextlib.contextmanager
+def full_disk(monkeypatch: pytest.MonkeyPatch, folder: Path, room: int) -> Iterator[None]:
+    """Files that ``io.open`` (zipfile's opener, the digest's) creates in ``folder`` fill the disk after ``room`` bytes."""
+    real = io.open
+
+    def opener(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        if "b" in mode and "r" not in mode.replace("+", "") and isinstance(file, (str, os.PathLike)) \
+                and Path(file).parent == folder:
+            raw = _FullDisk(file, mode.replace("b", ""))
+            raw.room = room
+            return io.BufferedRandom(raw)
+        return real(file, mode, *args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(io, "open", opener)
+        yield
+
+
+@pytest.mark.parametrize("share", [0.0, 0.5, 0.99])
+def test_check_log_digest_on_a_full_disk_is_named_and_leaves_nothing(seed_logs: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Path, share: float) -> None:
+    """It exited 2 with an unnamed ``[Errno 28] No space left on device`` and left its temporary behind: discarding the
+    digest closed its archive first, which wrote to the full disk again and raised before the temporary was removed.
+    The disk fills at the first write, half-way, and on the archive's last bytes (its index, written when it closes)."""
+    whole = tmp_path / "whole.digest"
+    rc, _, err = run(["check-log", str(seed_logs), "--digest", str(whole)])
+    assert rc == 1 and whole.stat().st_size > 1000, err
+    out = tmp_path / "out"
+    digest = out / "n.digest"
+    with full_disk(monkeypatch, out, int(whole.stat().st_size * share)):
+        refused(["check-log", str(seed_logs), "--digest", str(digest), "--json", str(out / "r.json")],
+                f"--digest {digest}: cannot write it: No space left on device")
+    assert tree(tmp_path) == ["whole.digest"]
+
+
+def test_node_digest_on_a_full_disk_is_named_and_leaves_nothing(seed_logs: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                tmp_path: Path) -> None:
+    """The plain function's digest, written beside its target and renamed: the error names the file it was asked for."""
+    from prefill_delayer.conformance.digest import node_digest
+
+    digest = tmp_path / "n.digest"
+    with full_disk(monkeypatch, tmp_path, 0), pytest.raises(files.OutputError) as caught:
+        node_digest([str(seed_logs)], str(digest))
+    assert str(caught.value) == f"{digest}: cannot write it: No space left on device"
+    assert tree(tmp_path) == []
 
 
 def test_simulate_writes_no_json_when_its_plot_fails(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
