@@ -10,12 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any, Optional
 
 from ..files import Outputs
 from ..spec.config import plain
 
-# What conformance.plot's writer (matplotlib's savefig) writes; each is tested.
+# The formats conformance.plot draws (matplotlib's savefig); each is tested.
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
 
@@ -152,7 +153,7 @@ def main(args: Any) -> int:
         if args.plot is not None:
             from ..conformance.plot import plot
 
-            plot(report, out.path("--plot"))
+            out.write("--plot", plot(report, Path(args.plot).suffix))
         if args.json is not None:
             out.write("--json", json.dumps(data, indent=1) + "\n")
     print(text(report, data, written))

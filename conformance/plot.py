@@ -7,8 +7,8 @@ Agg canvas), so the CLI never opens a window.
 
 from __future__ import annotations
 
+import io
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 from .checks import Report
@@ -59,8 +59,12 @@ def matplotlib_problem() -> str | None:
     return None
 
 
-def plot(report: Report, path: str | Path) -> None:
-    """Draw the timeline of every run (up to four) and the delay-run histogram into ``path``."""
+def plot(report: Report, suffix: str) -> bytes:
+    """The timeline of every run (up to four) and the delay-run histogram, as a file of format ``suffix`` (``.png``).
+
+    Drawn into memory, not into the output file: the command writes the bytes with its other outputs, so a full disk
+    is one line naming ``--plot`` (matplotlib's writers fail unnamed, and its PDF writer, once a write failed, raises
+    an ``AttributeError`` of its own while it closes the file)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.colors import ListedColormap
     from matplotlib.figure import Figure
@@ -95,7 +99,9 @@ def plot(report: Report, path: str | Path) -> None:
     handles.append(Patch(facecolor="black", label="▼ violation / x failed pass"))
     axes[0].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
     _histogram(axes[-1], report)
-    fig.savefig(path, dpi=110)
+    buf = io.BytesIO()
+    fig.savefig(buf, format=suffix.lower().lstrip("."), dpi=110)
+    return buf.getvalue()
 
 
 def _histogram(ax: Any, report: Report) -> None:

@@ -14,6 +14,7 @@ commands run for real on small inputs.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import copy
 import errno
@@ -447,19 +448,21 @@ class _FullDisk(io.FileIO):
 
 @contextlib.contextmanager
 def full_disk(monkeypatch: pytest.MonkeyPatch, folder: Path, room: int) -> Iterator[None]:
-    """Files that ``io.open`` (zipfile's opener, the digest's) creates in ``folder`` fill the disk after ``room`` bytes."""
+    """Files opened for writing in ``folder`` (by ``open``, or by ``io.open`` as zipfile opens the digest) fill the
+    disk after ``room`` bytes."""
     real = io.open
 
     def opener(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
-        if "b" in mode and "r" not in mode.replace("+", "") and isinstance(file, (str, os.PathLike)) \
-                and Path(file).parent == folder:
-            raw = _FullDisk(file, mode.replace("b", ""))
-            raw.room = room
-            return io.BufferedRandom(raw)
-        return real(file, mode, *args, **kwargs)
+        if not (set(mode) & set("wax") and isinstance(file, (str, os.PathLike)) and Path(file).parent == folder):
+            return real(file, mode, *args, **kwargs)
+        raw = _FullDisk(file, mode.replace("b", "").replace("t", ""))
+        raw.room = room
+        buffered = io.BufferedRandom(raw) if "+" in mode else io.BufferedWriter(raw)
+        return buffered if "b" in mode else io.TextIOWrapper(buffered, encoding=kwargs.get("encoding") or "utf-8")
 
     with monkeypatch.context() as m:
         m.setattr(io, "open", opener)
+        m.setattr(builtins, "open", opener)
         yield
 
 
@@ -508,18 +511,20 @@ def test_simulate_writes_no_json_when_its_plot_fails(monkeypatch: pytest.MonkeyP
     assert tree(tmp_path) == []
 
 
-def test_an_output_already_there_stays_whole_when_the_run_fails(seed_logs: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                tmp_path: Path) -> None:
+@pytest.mark.skipif(not HAVE_MATPLOTLIB, reason="--plot needs matplotlib")
+@pytest.mark.parametrize("room", [0, 10_000])
+@pytest.mark.parametrize("suffix", CHECK_LOG_PLOT_SUFFIXES)
+def test_check_log_plot_on_a_full_disk_is_named_and_leaves_nothing(seed_logs: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path, suffix: str, room: int) -> None:
+    """matplotlib wrote the figure into the output file: a full disk was an unnamed ``[Errno 28] No space left on
+    device`` for .png and .svg, and for .pdf exit 1 (the code for violations) with a traceback ending in matplotlib's
+    own ``AttributeError: 'Stream' object has no attribute 'pos'``. An output already there stays whole."""
     report = tmp_path / "r.json"
     report.write_text('{"old": true}\n')
-    from prefill_delayer.conformance import plot as conformance_plot
-
-    def broken(report: Any, path: str) -> None:
-        raise OSError(5, "Input/output error")
-
-    monkeypatch.setattr(conformance_plot, "plot", broken)
-    refused(["check-log", str(seed_logs), "--json", str(report), "--traces", str(tmp_path / "t"), "--plot", str(tmp_path / "p.png")],
-            "Input/output error")
+    plot = tmp_path / "p" / f"timeline{suffix}"
+    with full_disk(monkeypatch, plot.parent, room):
+        refused(["check-log", str(seed_logs), "--json", str(report), "--traces", str(tmp_path / "t"), "--plot", str(plot)],
+                f"--plot {plot}: cannot write it: No space left on device")
     assert report.read_text() == '{"old": true}\n' and tree(tmp_path) == ["r.json"]
 
 
