@@ -43,7 +43,7 @@ from ..spec.config import Config
 from ..spec.schema import KIND_HEADER, MODE_COMPACT
 from .checks import Finding, LogStats, Report, Session, divergence_is_no_known_defect
 from .desync import REFUSED
-from .logread import DIGEST_TOOL, ZIP_MAGIC, FailRec, LogError, RankLog
+from .logread import DIGEST_TOOL, ZIP_MAGIC, FailRec, LogError, RankLog, refuse_empty
 from .stream import CHUNK_RECORDS, MIN_CHUNK_PASSES, ChunkOut, CrossCols, Stitcher, _model, cross_check
 
 # 2: the fail records with their place and, for refused collectives, their message; the stamp as an offset
@@ -306,6 +306,7 @@ def merge_digests(paths: list[str], jobs: Optional[int] = None) -> tuple[Report,
     """(report, JSON data) of the digests of several nodes, as one check-log over all their logs would give."""
     from .summary import summary_data
 
+    refuse_empty(paths, "a digest file")
     digests = [_Digest(p) for p in paths]
     specs = {d.meta["spec_hash"] for d in digests}
     if len(specs) > 1:

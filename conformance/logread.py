@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import zipfile
 from dataclasses import dataclass, field
@@ -411,8 +412,16 @@ def _parse_set(o: dict[str, Any], log: RankLog) -> tuple[int, str, bool]:
 # ----- files -------------------------------------------------------------------------------
 
 
+def refuse_empty(paths: Sequence[str], what: str) -> None:
+    """An empty path, before any path is read: ``Path("")`` is the current folder, whose logs were checked unasked.
+    Refused as an output option's empty name is; ``what`` is what a ``PATH`` names."""
+    if any(os.fspath(p) == "" for p in paths):
+        raise LogError(f"PATH needs {what} name, got an empty string")
+
+
 def expand(paths: Sequence[str]) -> list[Path]:
     """The log files named by ``paths``: files as given, folders' ``*.jsonl`` and ``*.jsonl.N``."""
+    refuse_empty(paths, "a log file or folder")
     out: list[Path] = []
     for p in paths:
         path = Path(p)

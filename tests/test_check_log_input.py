@@ -173,3 +173,17 @@ def test_a_line_that_is_not_utf8_says_so_in_plain_words(tmp_path: Path) -> None:
     rc, out, err = check_log(str(logs))
     _one_line(rc, out, err, f"{path}:6: not JSON (byte 0xff, 17 bytes into the line, is not UTF-8 text)")
     assert "codec" not in err
+
+
+@pytest.mark.parametrize("merge", [False, True], ids=["logs", "merge"])
+def test_an_empty_path_is_refused_not_read_as_the_current_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 merge: bool) -> None:
+    """``check-log ""`` checked the logs in the current folder (``Path("")`` is ``.``) and ``--merge ""`` said
+    ``: is a folder``; an output option given an empty name is refused, and so is an input path now."""
+    write_inprocess_logs(tmp_path, world=2, passes=3)
+    monkeypatch.chdir(tmp_path)
+    wanted = "PATH needs a digest file name, got an empty string" if merge else \
+        "PATH needs a log file or folder name, got an empty string"
+    for given in ([""], ["rank0.jsonl", ""]):
+        rc, out, err = check_log(*(["--merge"] if merge else []), *given)
+        _one_line(rc, out, err, wanted)
