@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import re
 import sys
@@ -274,7 +275,9 @@ def max_rate(config: SimConfig) -> float:
 
 
 def _rate_within_capacity(rate: Any, config: SimConfig) -> None:
-    if rate is None or isinstance(rate, bool) or not isinstance(rate, (int, float)):
+    """A rate past ``max_rate``; a rate that is no finite number is the workload's to refuse (``--rate inf``: one line
+    saying it must be finite, not a count of infinitely many requests)."""
+    if rate is None or isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate):
         return
     if rate > max_rate(config):
         shortest = config.cost.shortest_forward_s()

@@ -21,6 +21,9 @@ class TraceFileError(SimInputError):
 
 def counted(n: float, noun: str, plural: str = "") -> str:
     """``1 request``, ``2,048 requests``: a count in a message, its noun agreeing with it (``plural``: where it is
-    not the noun with an ``s``)."""
+    not the noun with an ``s``). A float past the whole numbers a float holds exactly (2**53), or no finite number,
+    is written as Python writes it (``4e+298 requests``), not as hundreds of digits it does not have."""
+    if isinstance(n, float) and not abs(n) < 2**53:
+        return f"{n:.3g} {plural or noun + 's'}"
     whole = round(n)
     return f"{whole:,} {noun if whole == 1 else plural or noun + 's'}"

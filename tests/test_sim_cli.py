@@ -551,3 +551,20 @@ def test_a_policy_at_its_runs_as_off_value_serves_as_off_does(tmp_path):
         assert any(a != b for a, b in figures[value + 3].values()), (name, figures[value + 3])  # and it can differ
 
 
+
+
+@pytest.mark.parametrize("extra, said", [
+    (["--rate", "inf"], "prefill-delayer simulate: --rate must be a finite number of requests per second > 0, got inf\n"),
+    (["--rate", "1e400"], "prefill-delayer simulate: --rate must be a finite number of requests per second > 0, got inf\n"),
+    (["--workload", "bursty", "--burst", "4", "--rate", "inf"],
+     "prefill-delayer simulate: --rate must be a finite number of requests per second > 0, got inf\n"),
+    # a finite rate far past the engine's: the count that would arrive is said as a float writes it, not in 299 digits
+    (["--rate", "1e300"], "prefill-delayer simulate: --rate 1e+300: 4e+298 requests would arrive in one 0.04 s pass, "
+     "more than the 16 requests all 2 ranks run at once; at most 400 req/s here\n"),
+])
+def test_a_rate_that_is_no_finite_number_is_one_line(capsys, extra, said):
+    """--rate inf (or 1e400, which a float reads as inf) ended in an OverflowError's traceback and exit 1: the
+    capacity check counted the infinitely many requests that would arrive in one pass."""
+    assert cli([*SMALL, *extra]) == 2
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", said)
