@@ -144,6 +144,14 @@ def _describe(log: RankLog) -> str:
     return f"{log.files[0]} (profile {log.profile}, fingerprint {log.fingerprint:#018x}, spec {log.spec_hash})"
 
 
+def fingerprint_problem(header: dict[str, Any], config: Config) -> Optional[str]:
+    """Why ``config``, read from ``header``, is not the configuration the header's fingerprint names (``None``: it is)."""
+    recomputed = config.fingerprint()
+    if recomputed == header["fingerprint"]:
+        return None
+    return f"its configuration has fingerprint {recomputed:#018x} in this build but was logged with {header['fingerprint']:#018x}"
+
+
 def build_sessions(logs: list[RankLog], own_profile: bool) -> tuple[list[Session], list[str]]:
     """Group the logs into runs of one gather group; ``LogError`` when they cannot be checked together.
 
@@ -156,13 +164,10 @@ def build_sessions(logs: list[RankLog], own_profile: bool) -> tuple[list[Session
     notes: list[str] = []
     build = build_spec_hash()
     for log in logs:
-        recomputed = log.config.fingerprint()
-        if recomputed != log.fingerprint:
-            raise LogError(
-                f"{log.files[0]}: its configuration has fingerprint {recomputed:#018x} in this build but was logged "
-                f"with {log.fingerprint:#018x}: this build does not rebuild the logged configuration exactly; "
-                "check the log with the build that wrote it"
-            )
+        problem = fingerprint_problem(log.header, log.config)
+        if problem is not None:
+            raise LogError(f"{log.files[0]}: {problem}: this build does not rebuild the logged configuration exactly; "
+                           "check the log with the build that wrote it")
     foreign = [log for log in logs if log.spec_hash != build]
     if foreign and not own_profile:
         shown = "; ".join(_describe(log) for log in foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")

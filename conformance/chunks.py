@@ -35,8 +35,8 @@ from ..spec.fields import BOOL, CONTROL, COUNT, OPT_SECONDS, REASON, SECONDS, TE
 from ..spec.schema import KIND_FAIL, KIND_HEADER, KIND_PASS, KIND_SET, MODE_FULL, digest_of_bytes, enums, pass_columns, view_kind
 from .columns import MAX_EXACT, Model, RankCols
 from .logread import (
-    FailRec, LogError, RankLog, SetRec, _parse_fail, _parse_set, _show, first_line, not_json, parse_header,
-    parse_pass,
+    FailRec, LogError, RankLog, SetRec, _parse_fail, _parse_set, _show, _type_name, first_line, not_json,
+    parse_header, parse_pass,
 )
 
 try:  # orjson parses a chunk's lines in one call; the standard library's json is the same format, slower
@@ -131,13 +131,11 @@ def scan_file(path: str) -> tuple[Optional[tuple[dict[str, Any], Any, FileInfo]]
         if o is None:
             return None, note
         try:
-            header, config = parse_header(o)
-            fmt = header["format"]
-            mode = header.get("mode")
-            if fmt == 2:
-                _check_columns(header, config)
+            header, config = read_header(o)
         except ValueError as exc:
             raise LogError(f"{path}:1: {exc}") from None
+        fmt = header["format"]
+        mode = header.get("mode")
         body = len(raw)
         f.seek(0, 2)
         size = f.tell()
@@ -173,6 +171,19 @@ def _wall(line: bytes, fmt: int) -> Optional[float]:
     except (ValueError, IndexError, TypeError, AttributeError):
         return None
     return float(w) if isinstance(w, (int, float)) and not isinstance(w, bool) else None
+
+
+def read_header(o: Any) -> tuple[dict[str, Any], Any]:
+    """A log's header and the configuration it records, by every rule of the format it names (``ValueError`` when
+    it breaks one): a file's first line, or a header a node's digest kept (``digest``)."""
+    if not isinstance(o, dict):
+        raise ValueError(f"a header is an object, got {_type_name(o)}")
+    if o.get("kind") != KIND_HEADER:
+        raise ValueError(f"field 'kind' expected {KIND_HEADER!r}, got {_show(o.get('kind'))}")
+    header, config = parse_header(o)
+    if header["format"] == 2:
+        _check_columns(header, config)
+    return header, config
 
 
 def _check_columns(header: dict[str, Any], config: Any) -> None:

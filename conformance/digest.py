@@ -27,14 +27,16 @@ for any engine that maps a function over nodes (Ray, Dask).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import os
 import zipfile
 import zlib
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
@@ -43,7 +45,7 @@ from ..spec.config import Config
 from ..spec.schema import KIND_HEADER, MODE_COMPACT
 from .checks import Finding, LogStats, Report, Session, divergence_is_no_known_defect
 from .desync import REFUSED
-from .logread import DIGEST_TOOL, ZIP_MAGIC, FailRec, LogError, RankLog, refuse_empty
+from .logread import DIGEST_TOOL, ZIP_MAGIC, FailRec, LogError, RankLog, _is_count, _show, _type_name, refuse_empty
 from .stream import CHUNK_RECORDS, MIN_CHUNK_PASSES, ChunkOut, CrossCols, Stitcher, _model, cross_check
 
 # 2: the fail records with their place and, for refused collectives, their message; the stamp as an offset
@@ -63,21 +65,223 @@ def _fail_of(row: list[Any]) -> FailRec:
     return FailRec(**dict(zip(FAIL_FIELDS, row)), before=None)
 
 
+# A rank's stats in meta.json: every LogStats field but the waits (an array member of their own); a Finding's, but
+# its session (the merge numbers the sessions), its pass number under the key "pass".
+_STATS_SKIP = ("waits",)
+_FINDING_SKIP = ("session",)
+_FINDING_KEYS = {"pass_number": "pass"}
+
+
 def _stats_dict(st: LogStats) -> dict[str, Any]:
-    return {"passes": st.passes, "first": st.first, "last": st.last, "gaps": [list(g) for g in st.gaps], "failed": dict(st.failed),
-            "sets": st.sets, "reasons": dict(st.reasons), "delay_runs": {str(k): v for k, v in st.delay_runs.items()},
-            "cut_runs": st.cut_runs, "open_run": st.open_run, "mixed": st.mixed, "mixed_waits_ended": dict(st.mixed_waits_ended)}
+    """JSON writes the Counters as objects (their int keys as strings) and the gaps' tuples as arrays."""
+    return {f.name: getattr(st, f.name) for f in dataclasses.fields(st) if f.name not in _STATS_SKIP}
 
 
 def _stats_of(d: dict[str, Any], waits: np.ndarray) -> LogStats:
-    return LogStats(d["passes"], d["first"], d["last"], [tuple(g) for g in d["gaps"]], Counter(d["failed"]), d["sets"],
-                    Counter(d["reasons"]), Counter({int(k): v for k, v in d["delay_runs"].items()}), d["cut_runs"], d["open_run"],
-                    [waits], d["mixed"], Counter(d["mixed_waits_ended"]))
+    return LogStats(**{k: STATS.fields[k].load(v) for k, v in d.items()}, waits=[waits])
 
 
 def _finding_dict(f: Finding) -> dict[str, Any]:
-    return {"category": f.category, "property": f.property, "pass": f.pass_number, "ranks": f.ranks, "message": f.message,
-            "where": f.where, "first_pass": f.first_pass, "known_defect": f.known_defect}
+    return {_FINDING_KEYS.get(x.name, x.name): getattr(f, x.name) for x in dataclasses.fields(f) if x.name not in _FINDING_SKIP}
+
+
+def _finding_of(d: dict[str, Any], session: int) -> Finding:
+    back = {v: k for k, v in _FINDING_KEYS.items()}
+    return Finding(session=session, **{back.get(k, k): v for k, v in d.items()})
+
+
+# ----- meta.json's layout: declared once, checked whole when a digest is opened --------------------------------
+#
+# The writer writes the objects above (the stats and findings from their dataclasses' fields) and the literal objects
+# of ``DigestWriter._close``; ``META`` says what each place holds, and a digest whose meta.json differs anywhere, a
+# field missing or one it does not declare included, is refused with the place named. So a field the writer gains
+# and the layout lacks fails every test that merges a digest.
+
+
+class _Damage(Exception):
+    """Place ``where`` of meta.json does not hold what the layout says (``why``)."""
+
+    def __init__(self, where: str, why: str) -> None:
+        super().__init__(f"{where}: {why}")
+        self.where, self.why = where, why
+
+
+def _at(where: str, key: Any) -> str:
+    return f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else str(key)
+
+
+class _Kind:
+    """What one place of meta.json holds; ``load`` makes of a checked value what the merge reads."""
+
+    def check(self, v: Any, where: str) -> None:
+        raise NotImplementedError
+
+    def load(self, v: Any) -> Any:
+        return v
+
+
+@dataclass(frozen=True)
+class _Leaf(_Kind):
+    wanted: str
+    ok: Callable[[Any], bool]
+    convert: Optional[Callable[[Any], Any]] = None
+
+    def check(self, v: Any, where: str) -> None:
+        if not self.ok(v):
+            raise _Damage(where, f"expected {self.wanted}, got {_show(v)}")
+
+    def load(self, v: Any) -> Any:
+        return v if self.convert is None else self.convert(v)
+
+
+@dataclass(frozen=True)
+class _Optional(_Kind):
+    kind: _Kind
+
+    def check(self, v: Any, where: str) -> None:
+        if v is not None:
+            self.kind.check(v, where)
+
+
+@dataclass(frozen=True)
+class _Array(_Kind):
+    """A list of ``item``, at least ``least`` long."""
+
+    item: _Kind
+    least: int = 0
+
+    def check(self, v: Any, where: str) -> None:
+        if not isinstance(v, list):
+            raise _Damage(where, f"expected an array, got {_type_name(v)}")
+        if len(v) < self.least:
+            raise _Damage(where, f"expected at least {self.least} element(s), got {len(v)}")
+        for i, x in enumerate(v):
+            self.item.check(x, _at(where, i))
+
+
+@dataclass(frozen=True)
+class _Row(_Kind):
+    """A list of fixed length: one kind per element; loaded as a tuple."""
+
+    items: tuple[_Kind, ...]
+
+    def check(self, v: Any, where: str) -> None:
+        if not isinstance(v, list) or len(v) != len(self.items):
+            raise _Damage(where, f"expected an array of {len(self.items)}, got {_show(v)}")
+        for i, (kind, x) in enumerate(zip(self.items, v)):
+            kind.check(x, _at(where, i))
+
+    def load(self, v: Any) -> Any:
+        return tuple(v)
+
+
+@dataclass(frozen=True)
+class _Counts(_Kind):
+    """An object of counts by name (a ``Counter``; an entry left out is a count of 0), its names of kind ``key``."""
+
+    key: _Leaf
+
+    def check(self, v: Any, where: str) -> None:
+        if not isinstance(v, dict):
+            raise _Damage(where, f"expected an object, got {_type_name(v)}")
+        for k, n in v.items():
+            entry = f"{where}[{json.dumps(k)}]"
+            if not self.key.ok(k):
+                raise _Damage(entry, f"expected the name of {self.key.wanted}")
+            COUNT.check(n, entry)
+
+    def load(self, v: Any) -> Any:
+        return Counter({self.key.load(k): n for k, n in v.items()})
+
+
+@dataclass(frozen=True)
+class _Object(_Kind):
+    """An object of exactly these fields; ``rule(value)``: a place below it and why, for what no one field says."""
+
+    fields: dict[str, _Kind]
+    rule: Optional[Callable[[dict[str, Any]], Optional[tuple[str, str]]]] = None
+
+    def check(self, v: Any, where: str) -> None:
+        if not isinstance(v, dict):
+            raise _Damage(where, f"expected an object, got {_type_name(v)}")
+        for k, kind in self.fields.items():
+            if k not in v:
+                raise _Damage(_at(where, k), "missing")
+            kind.check(v[k], _at(where, k))
+        extra = [k for k in v if k not in self.fields]
+        if extra:
+            raise _Damage(_at(where, extra[0]), "not a field of a digest's meta.json")
+        broken = self.rule(v) if self.rule is not None else None
+        if broken is not None:
+            raise _Damage(_at(where, broken[0]) if broken[0] else where, broken[1])
+
+
+class _Header(_Kind):
+    """A log's header, as the node's log held it: by the log reader's rules (``chunks.read_header``), and naming the
+    configuration its fingerprint says (check-log refuses a log whose configuration it does not rebuild exactly)."""
+
+    def check(self, v: Any, where: str) -> None:
+        from .checks import fingerprint_problem
+        from .chunks import read_header
+
+        try:
+            header, config = read_header(v)
+        except ValueError as exc:
+            raise _Damage(where, str(exc)) from None
+        problem = fingerprint_problem(header, config)
+        if problem is not None:
+            raise _Damage(_at(where, "fingerprint"), problem)
+
+
+COUNT = _Leaf("an integer >= 0", _is_count)
+TEXT = _Leaf("a string", lambda v: isinstance(v, str))
+FLAG = _Leaf("true or false", lambda v: type(v) is bool)
+NAME = _Leaf("a reason or an error", lambda k: True)
+RUN_LENGTH = _Leaf("a run length (an integer >= 1)", lambda k: k.isascii() and k.isdigit() and int(k) >= 1, int)
+PROPERTY = _Leaf("a category/property", lambda k: "/" in k)
+
+STATS = _Object({
+    "passes": COUNT, "first": _Optional(COUNT), "last": _Optional(COUNT), "gaps": _Array(_Row((COUNT, COUNT))),
+    "failed": _Counts(NAME), "sets": COUNT, "reasons": _Counts(NAME), "delay_runs": _Counts(RUN_LENGTH),
+    "cut_runs": COUNT, "open_run": COUNT, "mixed": COUNT, "mixed_waits_ended": _Counts(NAME),
+})
+FINDING = _Object({
+    "category": TEXT, "property": TEXT, "pass": COUNT, "ranks": _Array(COUNT), "message": TEXT, "where": _Array(TEXT),
+    "first_pass": _Optional(COUNT), "known_defect": FLAG,
+})
+_FAIL_KINDS = {"number": COUNT, "error": TEXT, "message": TEXT, "fi": COUNT, "line": COUNT}
+FAIL = _Row(tuple(_FAIL_KINDS[k] for k in FAIL_FIELDS))
+
+
+def _fails_in_files(rank: dict[str, Any]) -> Optional[tuple[str, str]]:
+    """A fail record's place is an index into its rank's files."""
+    fi = FAIL_FIELDS.index("fi")
+    for i, row in enumerate(rank["fails"]):
+        if row[fi] >= len(rank["files"]):
+            return f"fails[{i}]", f"file {row[fi]} of a rank of {len(rank['files'])} file(s)"
+    return None
+
+
+def _one_run(session: dict[str, Any]) -> Optional[tuple[str, str]]:
+    """A session's ranks are of one run: one configuration, spec and gather (the key the merge groups them by), each
+    rank once."""
+    ranks = session["ranks"]
+    seen: set[int] = set()
+    for r, rank in enumerate(ranks):
+        if _key(rank) != _key(ranks[0]):
+            return f"ranks[{r}].header", "not of the configuration, spec or gather of the session's first rank"
+        if rank["header"]["rank"] in seen:
+            return f"ranks[{r}].header.rank", f"rank {rank['header']['rank']} twice in one session"
+        seen.add(rank["header"]["rank"])
+    return None
+
+
+RANK = _Object({"header": _Header(), "files": _Array(TEXT, least=1), "notes": _Array(TEXT), "stats": STATS,
+                "fails": _Array(FAIL)}, rule=_fails_in_files)
+SESSION = _Object({"ranks": _Array(RANK, least=1), "chunks": _Array(_Object({"lo": COUNT, "hi": COUNT})),
+                   "findings": _Array(FINDING)}, rule=_one_run)
+META = _Object({"tool": TEXT, "format": COUNT, "spec_hash": TEXT, "sessions": _Array(SESSION),
+                "counts": _Counts(PROPERTY), "notes": _Array(TEXT), "checked": COUNT, "refired": COUNT})
 
 
 class DigestWriter:
@@ -247,40 +451,38 @@ class _Digest:
             raise LogError(f"{path}: a damaged check-log digest (meta.json: {exc}): write the node's digest again") from None
         except ValueError:  # JSONDecodeError, UnicodeDecodeError
             raise LogError(f"{path}: not a check-log digest (its meta.json is not JSON): {TAKES}") from None
-        if not isinstance(self.meta, dict) or self.meta.get("tool") != TOOL or "format" not in self.meta:
+        if not isinstance(self.meta, dict):
             raise LogError(f"{path}: not a check-log digest (its meta.json is not a digest's): {TAKES}")
-        if self.meta.get("format") != DIGEST_FORMAT:
-            raise LogError(f"{path}: a check-log digest of format {self.meta.get('format')}, this build merges format "
+        if self.meta.get("tool") != TOOL:
+            raise LogError(f"{path}: not a check-log digest (meta.json tool: expected {TOOL!r}, got "
+                           f"{_show(self.meta['tool']) if 'tool' in self.meta else 'none'}): {TAKES}")
+        fmt = self.meta.get("format")
+        if _is_count(fmt) and fmt != DIGEST_FORMAT:
+            raise LogError(f"{path}: a check-log digest of format {fmt}, this build merges format "
                            f"{DIGEST_FORMAT}: write the node's digest again with this build's check-log --digest")
+        try:
+            META.check(self.meta, "")
+        except _Damage as exc:
+            raise LogError(f"{path}: a damaged check-log digest (meta.json {exc.where}: {exc.why}): write the node's "
+                           "digest again") from None
         self.names = set(self.zip.namelist())
         try:
             bad = self.zip.testzip()
-            missing = [name for name in self._named() if name not in self.names]
-        except (*_DAMAGED, KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
+        except _DAMAGED as exc:
             raise LogError(f"{path}: a damaged check-log digest ({type(exc).__name__}: {exc}): write the node's digest "
                            "again") from None
         if bad is not None:
             raise LogError(f"{path}: a damaged check-log digest ({bad} fails its CRC check): write the node's digest again")
+        missing = [name for name in self._named() if name not in self.names]
         if missing:
             raise LogError(f"{path}: a damaged check-log digest ({missing[0]} is missing, {len(missing)} in all): write "
                            "the node's digest again")
 
     def _named(self) -> list[str]:
-        """Every member meta.json names, its layout checked on the way (a damaged one raises here)."""
-        def need(d: Any, *keys: str) -> None:
-            lacking = [k for k in keys if k not in d]
-            if lacking:
-                raise KeyError(f"meta.json lacks {lacking[0]!r}")
-
-        need(self.meta, "spec_hash", "counts", "notes", "sessions")
+        """Every member meta.json names (its layout checked: ``META``)."""
         names = []
         for i, s in enumerate(self.meta["sessions"]):
-            need(s, "ranks", "chunks", "findings")
-            if not all(isinstance(c, dict) and isinstance(c.get("lo"), int) and isinstance(c.get("hi"), int)
-                       for c in s["chunks"]):
-                raise ValueError(f"meta.json: a chunk of session {i} without its pass range")
-            for r, rank in enumerate(s["ranks"]):
-                need(rank, "header", "stats", "files", "notes", "fails")
+            for r in range(len(s["ranks"])):
                 names.append(f"s{i}/waits/r{r}")
                 names += [f"s{i}/c{j}/r{r}.npz" for j in range(len(s["chunks"]))]
         return names
@@ -354,9 +556,7 @@ def merge_digests(paths: list[str], jobs: Optional[int] = None) -> tuple[Report,
             info = d.meta["sessions"][i]["ranks"][r]
             report.stats[(s.index, log.rank)] = _stats_of(info["stats"], d.read(f"s{i}/waits/r{r}"))
         for d, i in {(d, i) for d, i, _ in run}:
-            for f in d.meta["sessions"][i]["findings"]:
-                report.findings.append(Finding(f["category"], f["property"], s.index, f["pass"], f["ranks"], f["message"],
-                                               f["where"], f["first_pass"], f["known_defect"]))
+            report.findings += [_finding_of(f, s.index) for f in d.meta["sessions"][i]["findings"]]
         compact = all(log.header.get("format") == 2 and log.header.get("mode") == MODE_COMPACT for log in s.logs)
         for lo, hi in _ranges(run):
             cols = [_load(d, i, r, lo, hi) for d, i, r in run]

@@ -238,8 +238,8 @@ def _rewritten(src_path: Path, dst_path: Path, change: Any) -> None:
     ("only-meta", "is missing"),
     ("garbage-chunk", "r0.npz:"),
     ("meta-list", "not a check-log digest"),
-    ("meta-no-format", "not a check-log digest"),
-    ("meta-no-sessions", "meta.json lacks 'sessions'"),
+    ("meta-no-format", "(meta.json format: missing)"),
+    ("meta-no-sessions", "(meta.json sessions: missing)"),
 ])
 def test_a_damaged_digest_is_one_line_naming_it(tmp_path: Path, damage: str, says: str) -> None:
     logs = tmp_path / "logs"
