@@ -178,9 +178,9 @@ def read_header(o: Any) -> tuple[dict[str, Any], Any]:
     it breaks one): a file's first line, or a header a node's digest kept (``digest``)."""
     if not isinstance(o, dict):
         raise ValueError(f"a header is an object, got {_type_name(o)}")
+    header, config = parse_header(o)  # first: its fields missing, all named
     if o.get("kind") != KIND_HEADER:
         raise ValueError(f"field 'kind' expected {KIND_HEADER!r}, got {_show(o.get('kind'))}")
-    header, config = parse_header(o)
     if header["format"] == 2:
         _check_columns(header, config)
     return header, config
