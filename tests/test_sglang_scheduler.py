@@ -1,9 +1,10 @@
 """The plugin inside SGLang 0.5.23's own scheduler module (``sglang.srt.managers.scheduler``).
 
-The scheduler imports torchvision, whose PyPI build needs CUDA torch, so these
-run in the scheduler environment (``.ci/sglang-scheduler`` builds it and runs
-them with ``PREFILL_DELAYER_REQUIRE_SGLANG_SCHEDULER=1``, which turns the skip
-into a failure). Elsewhere they skip and say so.
+The scheduler imports packages the extras do not bring (``.ci/sglang-scheduler.txt``)
+and torchvision, whose PyPI build needs CUDA torch, so these run in the scheduler
+environment (``.ci/sglang-scheduler`` builds it and runs them with
+``PREFILL_DELAYER_REQUIRE_SGLANG_SCHEDULER=1``, which turns the skip into a
+failure). Elsewhere they skip and say so, after one import attempt a session.
 
 Each case is two fresh interpreters, the ranks of a 2-way DP-attention gloo
 world, each doing what a scheduler process does, in its order: import the scheduler module, ``load_plugins()``, publish SGLang's
@@ -20,6 +21,7 @@ inputs off the scheduler object.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -117,10 +119,39 @@ _SCHEDULER_PROCESS = _BARE_SCHEDULER + """
 """
 
 
+_IMPORT_PROBE = """
+    try:
+        import sglang.srt.managers.scheduler
+    except Exception as err:
+        print("{no_scheduler}" + type(err).__name__ + ": " + str(err).splitlines()[0])
+"""
+
+
+@functools.cache
+def _scheduler_import_problem() -> Optional[str]:
+    """Why the scheduler module does not import here (None where it does), asked once a session: each case would
+    otherwise start two interpreters only to find that out, about 50 s of the suite's time where it cannot."""
+    done = run_python(_IMPORT_PROBE.format(no_scheduler=NO_SCHEDULER), {}, timeout_s=300.0)
+    out = done.stdout.strip()
+    return out[len(NO_SCHEDULER):] if out.startswith(NO_SCHEDULER) else None
+
+
+def _skip_without_scheduler(why: str) -> None:
+    message = (f"sglang.srt.managers.scheduler does not import in this environment ({why}); it needs the packages "
+               "of .ci/sglang-scheduler.txt and torchvision, whose PyPI build needs CUDA torch: `bash "
+               ".ci/sglang-scheduler` builds an environment where it imports, and runs these tests there")
+    if os.environ.get(REQUIRE) == "1":
+        pytest.fail(f"{REQUIRE}=1 but {message}")
+    pytest.skip(message)
+
+
 def _run_schedulers(script: str, setting: Optional[str], tmp: Path, name: str,
                     rank_env: Any) -> list[subprocess.CompletedProcess]:
     """``script`` as two scheduler processes under ``PREFILL_DELAYER_PROFILE=setting`` (unset for None), each with
     ``rank_env(rank)`` in its environment; skips (fails under ``REQUIRE``) where the scheduler does not import."""
+    why = _scheduler_import_problem()
+    if why is not None:
+        _skip_without_scheduler(why)
     env = {} if setting is None else {"PREFILL_DELAYER_PROFILE": setting}
     init_file = tmp / f"init-{name}-{setting}"
     with ThreadPoolExecutor(WORLD) as pool:
@@ -128,13 +159,7 @@ def _run_schedulers(script: str, setting: Optional[str], tmp: Path, name: str,
             **env, "RANK": str(rank), "INIT_FILE": str(init_file), **rank_env(rank)}, timeout_s=300.0), range(WORLD)))
     for done in runs:
         if done.stdout.startswith(NO_SCHEDULER):
-            why = done.stdout.strip()[len(NO_SCHEDULER):]
-            message = (f"sglang.srt.managers.scheduler does not import in this environment ({why}); it needs "
-                       "torchvision, whose PyPI build needs CUDA torch: `bash .ci/sglang-scheduler` builds an "
-                       "environment where it imports, and runs these tests there")
-            if os.environ.get(REQUIRE) == "1":
-                pytest.fail(f"{REQUIRE}=1 but {message}")
-            pytest.skip(message)
+            _skip_without_scheduler(done.stdout.strip()[len(NO_SCHEDULER):])
     return runs
 
 
