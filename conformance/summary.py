@@ -160,9 +160,44 @@ def verdicts(report: Report) -> list[dict[str, Any]]:
         statement = what or stated
         # a violated check names the profiles of the runs that violated it (a folder may hold runs of several)
         found_in = sorted({profile_of[f.session] for f in report.findings if f.property == prop and f.session in profile_of})
-        out.append({"category": category, "property": prop, "status": status, "violations": n, "known_defect": known,
-                    "why": why, "statement": statement, "profiles": found_in if n and found_in else profiles})
+        out.append({"category": category, "property": prop, "status": status, "violations": n, **_where_violated(report, category, prop),
+                    "known_defect": known, "why": why, "statement": statement,
+                    "profiles": found_in if n and found_in else profiles})
     return out
+
+
+def _where_violated(report: Report, category: str, prop: str) -> dict[str, Any]:
+    """Where a check's violations fall, read from the findings listed (``KEEP_PER_PROPERTY`` of each property): how
+    many are listed, on how many passes, and, when each names one rank (a rank's pass rule or run bound: one finding
+    per rank, so one stalled pass of 8 ranks is 8), on how many rank-passes (None when some names several ranks)."""
+    listed = [f for f in report.findings if f.category == category and f.property == prop]
+    one_rank = all(len(f.ranks) == 1 for f in listed)
+    return {"listed": len(listed), "passes": len({(f.session, f.pass_number) for f in listed}),
+            "rank_passes": len({(f.session, f.pass_number, f.ranks[0]) for f in listed}) if one_rank else None}
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "es" if noun.endswith("s") else "s")
+
+
+def violated_text(v: dict[str, Any]) -> str:
+    """A violated check's verdict: how often, in the unit its findings have (passes, and rank-passes when each finding
+    is one rank's: 8 ranks stalled on one pass are 8 violations on 1 pass; past what the report lists, the count and
+    what the listed part covers), and whether it is the profile's known defect."""
+    n, listed, passes, rank_passes = v["violations"], v["listed"], v["passes"], v["rank_passes"]
+    parts = [_plural(passes, "pass")] + ([_plural(rank_passes, "rank-pass")] if rank_passes is not None else [])
+    notes = []
+    if not listed:
+        head = f"VIOLATED {_plural(n, 'time')}"
+    elif listed < n:
+        head = f"VIOLATED {_plural(n, 'time')}"
+        notes.append(f"the {listed} --json lists: on {', '.join(parts)}")
+    else:
+        head = f"VIOLATED on {parts[0]}"
+        notes += parts[1:] + ([_plural(n, "violation")] if n != (rank_passes if rank_passes is not None else passes) else [])
+    if v["known_defect"]:
+        notes.append(f"a known defect of profile {', '.join(v['profiles'])}: prove refutes it")
+    return head + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def summary_data(report: Report, empty: list[str]) -> dict[str, Any]:
@@ -282,8 +317,7 @@ def text(report: Report, data: dict[str, Any], traces: Optional[list[dict[str, A
         elif v["status"] in ("not checked", "left to --merge"):
             shown = f"{v['status']} ({v['why']})"
         else:
-            shown = f"VIOLATED on {v['violations']} pass(es)" + (
-                f" (a known defect of profile {', '.join(v['profiles'])}: prove refutes it)" if v["known_defect"] else "")
+            shown = violated_text(v)
         lines.append(f"  {v['category']:<11} {v['property']:<21} {shown}")
     reasons = data["decisions_by_reason"]
     total = sum(reasons.values())

@@ -141,6 +141,32 @@ def test_seed_unbounded_delay_is_flagged_and_its_trace_replays(tmp_path: Path) -
         assert main(["replay", t["path"]]) == 0
 
 
+def test_a_verdict_counts_passes_and_rank_passes_apart(tmp_path: Path) -> None:
+    """Both seed ranks break bounded-delay on pass 5: two findings, one per rank, on one pass. The verdict said
+    'VIOLATED on 2 pass(es)'; it says the passes and the rank-passes, as the JSON's entry does, and past the findings
+    the report lists it gives the count and what the listed ones cover, never a count of passes it does not know."""
+    from prefill_delayer.conformance import check_logs
+    from prefill_delayer.conformance.summary import summary_data, text
+
+    logs = tmp_path / "logs"
+    write_seed_unbounded_logs(logs, log_options=V1)
+    rc, out, err = check_log(str(logs), "--json", str(tmp_path / "r.json"))
+    assert rc == 1, out + err
+    report = _json(tmp_path / "r.json")
+    assert [(f["property"], f["pass"], f["ranks"]) for f in report["findings"]] == [
+        ("bounded-delay", 5, [0]), ("bounded-delay", 5, [1]), ("joint-progress", 5, [0, 1])]
+    counted = {v["property"]: (v["violations"], v["listed"], v["passes"], v["rank_passes"]) for v in report["checks"]}
+    assert counted["bounded-delay"] == (2, 2, 1, 2) and counted["joint-progress"] == (1, 1, 1, None), counted
+    lines = {line.split()[1]: line for line in out.splitlines() if line.startswith("  invariant ")}
+    known = "a known defect of profile seed: prove refutes it"
+    assert lines["bounded-delay"].endswith(f"VIOLATED on 1 pass (2 rank-passes; {known})"), out
+    assert lines["joint-progress"].endswith(f"VIOLATED on 1 pass ({known})"), out  # one finding naming both ranks
+    checked, _, _ = check_logs([str(logs)])
+    checked.counts[("invariant", "bounded-delay")] = 500  # as if more were found than the report keeps
+    shown = text(checked, summary_data(checked, []))
+    assert f"VIOLATED 500 times (the 2 --json lists: on 1 pass, 2 rank-passes; {known})" in shown, shown
+
+
 def test_agreement_violation_under_clock_skew_and_its_trace(tmp_path: Path) -> None:
     """The seed reads the queue timeout on each rank's own clock (upstream #30521): fast clocks split the group."""
     def queue(rank: int, k: int) -> tuple:
