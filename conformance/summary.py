@@ -260,6 +260,12 @@ def _wait_stats(waits: Any) -> dict[str, Any]:
             "p99": float(percentile(waits, 99)), "max": float(waits[-1])}
 
 
+def seconds(x: float) -> str:
+    """Seconds to three significant figures, with the unit (0.627 s, 4.00 s): a wait is read at a glance, not to the
+    clock's microsecond; from 100 s on, whole seconds (312 s, 1234 s), not 1.23e+03."""
+    return f"{x:.0f} s" if abs(x) >= 99.95 else f"{x:#.3g} s"
+
+
 def _share(n: int, total: int) -> str:
     return f"{n} ({100 * n / total:.1f}%)" if total else str(n)
 
@@ -332,8 +338,8 @@ def text(report: Report, data: dict[str, Any], traces: Optional[list[dict[str, A
     lines += _bars(Counter({int(k): v for k, v in data["delay_run_lengths"].items()}))
     w = data["wait_seconds"]
     if w["count"]:
-        lines.append(f"wait seconds (releases after a wait, n={w['count']}): p50 {w['p50']:.6g}  p90 {w['p90']:.6g}  "
-                     f"p99 {w['p99']:.6g}  max {w['max']:.6g}")
+        lines.append(f"wait seconds (releases after a wait, n={w['count']}): "
+                     + "  ".join(f"{q} {seconds(w[q])}" for q in ("p50", "p90", "p99", "max")))
     else:
         lines.append("wait seconds: no release after a wait")
     for sd in data["sessions"]:

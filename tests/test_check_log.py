@@ -72,6 +72,22 @@ def test_summary_of_a_clean_four_rank_run(clean_logs: Path, tmp_path: Path) -> N
     assert w["count"] > 0 and 0 < w["p50"] <= w["p90"] <= w["p99"] <= w["max"]
 
 
+def test_wait_seconds_print_three_figures_and_the_unit(clean_logs: Path) -> None:
+    """The wait percentiles printed the clock's float to six figures and no unit ('p50 0.627357'); they print three
+    significant figures and 's', as the JSON keeps the exact values."""
+    rc, out, err = check_log(str(clean_logs))
+    assert rc == 0, out + err
+    line = next(line for line in out.splitlines() if line.startswith("wait seconds (releases after a wait"))
+    shown = re.findall(r"(p50|p90|p99|max) (\S+) (\S+)", line.split(": ", 1)[1])
+    assert [q for q, _, _ in shown] == ["p50", "p90", "p99", "max"], line
+    for _, value, unit in shown:
+        assert unit == "s" and len(value.replace(".", "").lstrip("0")) == 3, line
+    from prefill_delayer.conformance.summary import seconds
+
+    assert [seconds(x) for x in (0.627357, 3.96904, 4.00054, 29.54, 99.96, 312.4, 1234.4)] == [
+        "0.627 s", "3.97 s", "4.00 s", "29.5 s", "100 s", "312 s", "1234 s"]
+
+
 # ----- edited logs are flagged where they were edited ---------------------------------------
 
 
