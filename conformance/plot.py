@@ -104,6 +104,31 @@ def plot(report: Report, suffix: str) -> bytes:
     return buf.getvalue()
 
 
+def run_limits(report: Report) -> list[tuple[int, list[str], list[str]]]:
+    """The limits the histogram draws: every run bound of a rank the runs' policies declare (their ``RunBound``
+    monitors, the ones check-log checks), each counting held passes of some kind (any delay, a mixed one, one with no
+    decode anywhere), so its runs are parts of the delay runs drawn. (limit, its invariants, those violated), by limit."""
+    from ..spec.monitors import RunBound
+    from ..spec.ops import PY
+    from .checks import INVARIANT
+
+    by_limit: dict[int, list[str]] = {}
+    for s in report.sessions:
+        for inv in s.config.policy.invariants:
+            if isinstance(inv.check, RunBound):
+                ids = by_limit.setdefault(int(inv.check.limit(PY, s.config)), [])
+                if inv.id not in ids:
+                    ids.append(inv.id)
+    return [(b, ids, [i for i in ids if report.counts[(INVARIANT, i)]]) for b, ids in sorted(by_limit.items())]
+
+
+def limits_drawn(limits: list[tuple[int, list[str], list[str]]], longest: int) -> tuple[list, list]:
+    """(drawn as lines, named off the scale): a limit far beyond every run would squash the bars, so it is only named;
+    a violated one is drawn all the same (the run that broke it may be one the histogram leaves out, cut or open)."""
+    near = [x for x in limits if x[0] <= 2 * longest + 5 or x[2]]
+    return near, [x for x in limits if x not in near]
+
+
 def _histogram(ax: Any, report: Report) -> None:
     from matplotlib.ticker import MaxNLocator
 
@@ -115,27 +140,22 @@ def _histogram(ax: Any, report: Report) -> None:
         ax.bar(xs, [hist[x] for x in xs], width=0.8, color=HELD)
     else:
         ax.text(0.5, 0.5, "no complete delay run", transform=ax.transAxes, ha="center", va="center")
-    bounds = sorted({_bound(s.config) for s in report.sessions} - {None})
     longest = max(hist, default=1)
-    near = [b for b in bounds if b <= 2 * longest + 5]  # a bound far beyond every run would squash the bars
-    ax.set_xlim(0.4, max([longest, *near]) + 1.5)
+    near, far = limits_drawn(run_limits(report), longest)
+    right = max([longest, *(b for b, _, _ in near)]) + 1.5
+    ax.set_xlim(0.4, right)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    for b in near:
-        ax.axvline(b + 0.5, color="black", linestyle="--", linewidth=1)
-        ax.text(b + 0.5, 1.0, f" bound {b}", transform=ax.get_xaxis_transform(), va="top", fontsize=8)
-    far = [b for b in bounds if b not in near]
+    for k, (b, ids, bad) in enumerate(near):
+        label = f"{', '.join(ids)} ≤ {b}" + ("" if not bad else " VIOLATED" if bad == ids else f": {', '.join(bad)} VIOLATED")
+        ax.axvline(b + 0.5, color="black", linestyle="-" if bad else "--", linewidth=1.8 if bad else 1)
+        left = b + 0.5 > (0.4 + right) / 2  # in the right half, the label goes left of its line
+        ax.text(b + 0.5, 0.97 - 0.13 * k, f" {label} ", transform=ax.get_xaxis_transform(),
+                ha="right" if left else "left", va="top", fontsize=8, fontweight="bold" if bad else "normal",
+                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1})
     if far:
-        ax.text(0.99, 0.95, f"bound {', '.join(map(str, far))}: off the scale",
+        ax.text(0.99, 0.97 - 0.13 * len(near), "; ".join(f"{', '.join(ids)} ≤ {b}" for b, ids, _ in far) + ": off the scale",
                 transform=ax.transAxes, ha="right", va="top", fontsize=8)
     ax.set_xlabel("delay-run length (consecutive delayed passes of one rank)")
     ax.set_ylabel("runs")
-    ax.set_title("delay-run lengths, all ranks (complete runs)", fontsize=10, loc="left")
-
-
-def _bound(c: Any) -> Any:
-    """The policy's bound on a run of held passes (its bounded-delay monitor's limit), if it has one."""
-    from ..spec.monitors import RunBound
-    from ..spec.ops import PY
-
-    inv = c.policy.invariant("bounded-delay")
-    return inv.check.limit(PY, c) if inv is not None and isinstance(inv.check, RunBound) else None
+    ax.set_title("delay-run lengths, all ranks (complete runs); lines: the policy's run bounds, each over its own held passes",
+                 fontsize=10, loc="left")

@@ -246,6 +246,32 @@ def test_the_plot_s_timeline_holds_every_logged_decision(log_format: int, tmp_pa
         assert sum(cells.values()) == 80
 
 
+def test_the_plot_s_histogram_draws_the_run_bounds_the_policy_declares(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The #35241 loop under the release breaks no-decode-hold (8), and the histogram drew only bounded-delay's bound
+    (29). Its lines are every rank run bound of the policy, read from its monitors, each named, the violated ones
+    marked and drawn even where they would be off the scale; the seed's open run breaks bounded-delay (3)."""
+    from prefill_delayer.cli import main
+    from prefill_delayer.conformance import check_logs
+    from prefill_delayer.conformance.plot import limits_drawn, run_limits
+
+    logs = tmp_path / "sim-logs"
+    monkeypatch.setenv("PREFILL_DELAYER_DECISION_LOG", str(logs))
+    assert main(["simulate", "--scenario", "35241", "--drift", "3,3,0,2,3,3,2,3", "--profile", "sglang-0.5.17",
+                 "--duration", "200", "--warmup", "0", "--no-progress"]) == 0
+    monkeypatch.delenv("PREFILL_DELAYER_DECISION_LOG")
+    report, _, _ = check_logs([str(logs)])
+    limits = run_limits(report)  # max_delay_passes 30: runs of at most 29
+    assert limits == [(8, ["no-decode-hold"], ["no-decode-hold"]), (29, ["bounded-delay", "mixed-bounded-delay"], [])]
+    assert limits_drawn(limits, longest=29) == (limits, [])
+    assert limits_drawn(limits, longest=1) == (limits[:1], limits[1:])  # 8 is past 2 x 1 + 5, but violated: drawn
+    write_seed_unbounded_logs(tmp_path / "seed", log_options=V1)
+    report, _, _ = check_logs([str(tmp_path / "seed")])
+    limits = run_limits(report)
+    assert limits == [(3, ["bounded-delay", "mixed-bounded-delay"], ["bounded-delay"]), (8, ["no-decode-hold"], [])]
+    assert limits_drawn(limits, longest=1) == (limits[:1], limits[1:])  # 8, far past any run of 1: named, not drawn
+
+
 def test_plot_without_matplotlib_is_a_clear_error(clean_logs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     rc, out, err = check_log(str(clean_logs), "--plot", str(tmp_path / "x.png"))
