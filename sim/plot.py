@@ -322,10 +322,11 @@ def figure(results: Sequence[RunResult], title: str = "", dpi: int = 72) -> Any:
     return fig
 
 
-def _shrink(path: str) -> None:
-    """Re-save as a 64-colour palette PNG: the figure has few colours, and the file gets several times smaller."""
+def _shrink(path: str, colors: int = 64) -> None:
+    """Re-save as a palette PNG of ``colors`` colours: the figure has few colours, and the file gets several times
+    smaller. A figure that colours by value (a heatmap) must draw with fewer colours than that, each kept exact."""
     from PIL import Image  # a dependency of matplotlib
 
     with Image.open(path) as img:
-        small = img.convert("RGB").quantize(colors=64, method=Image.Quantize.MEDIANCUT)
+        small = img.convert("RGB").quantize(colors=colors, method=Image.Quantize.MEDIANCUT)
     small.save(path, optimize=True)

@@ -373,11 +373,13 @@ def plot(cases: Sequence[Case], rows: Sequence[Row], path: str, title: str) -> N
     names = [c.spec.name for c in cases]
     policies = list(dict.fromkeys(r.policy for r in rows))
     cell = {(r.policy, r.workload): r.fractions() for r in rows}
+    # 5% steps: a palette PNG keeps 20 colours exact, where a continuous scale came out banded, a cell at 25% brown
+    colours = plt.get_cmap("RdYlGn", 20)
     fig, axes = plt.subplots(3, 1, figsize=(max(8.0, 0.75 * len(names) + 2.5), 1.2 + 3 * (0.42 * len(policies) + 1.0)), dpi=80)
     for k, (ax, what) in enumerate(zip(axes, ("input tok/s", "TTFT p50", "TTFT p99"))):
         grid = [[(cell.get((p, w)) or (None, None, None))[k] for w in names] for p in policies]
         values = [[math.nan if v is None else 100 * v for v in line] for line in grid]  # percent, as the cells read
-        im = ax.imshow(values, cmap="RdYlGn", vmin=0.0, vmax=100.0, aspect="auto")
+        im = ax.imshow(values, cmap=colours, vmin=0.0, vmax=100.0, aspect="auto")
         for i, line in enumerate(grid):
             for j, v in enumerate(line):
                 ax.text(j, i, "-" if v is None else f"{100 * v:.0f}", ha="center", va="center", fontsize=7,
@@ -392,7 +394,7 @@ def plot(cases: Sequence[Case], rows: Sequence[Row], path: str, title: str) -> N
     fig.tight_layout(rect=(0, 0, 1, 0.98))
     fig.savefig(path, format="png")
     plt.close(fig)
-    _shrink(path)
+    _shrink(path, colors=256)
 
 
 # Options of a single run that a suite refuses for a reason of their own (the rest: each workload has its settings).

@@ -240,3 +240,44 @@ def test_the_suite_colour_bar_reads_in_the_cells_units(tmp_path, monkeypatch):
         for text, value in heatmap["cells"]:
             if text != "-":  # a cell's number is the value its colour is read against on the bar
                 assert float(text) == pytest.approx(float(value), abs=0.5), heatmap
+
+
+def test_the_suite_heatmap_cells_keep_their_colour_in_the_saved_file(tmp_path, monkeypatch):
+    """The PNG is re-saved with a palette to keep it small: every cell must keep the colour its value has on the colour
+    bar. On a continuous scale the palette banded it (a cell at 25% came out brown, one at 23% redder than one at
+    16%)."""
+    pytest.importorskip("matplotlib")
+    from types import SimpleNamespace
+
+    from matplotlib.figure import Figure
+    from PIL import Image
+
+    from prefill_delayer.sim import suite_run
+
+    names = [f"w{j}" for j in range(21)]  # every 5% step of the scale, and some between
+    rows = [SimpleNamespace(policy=p, workload=w, fractions=lambda f=(j / 20, (j + 0.5) / 21, (20 - j) / 20): f)
+            for p in ("a", "b") for j, w in enumerate(names)]
+    cases = [SimpleNamespace(spec=SimpleNamespace(name=w)) for w in names]
+    expected: list = []
+    save = Figure.savefig
+
+    def savefig(fig, *args, **kwargs):
+        save(fig, *args, **kwargs)
+        height = fig.get_size_inches()[1] * fig.dpi
+        for ax in fig.axes:
+            for im in ax.images:
+                values = im.get_array()
+                for i in range(values.shape[0]):
+                    for j in range(values.shape[1]):
+                        x, y = ax.transData.transform((j + 0.35, i - 0.35))  # a corner of the cell, clear of its text
+                        rgb = tuple(round(255 * c) for c in im.cmap(im.norm(values[i, j]))[:3])
+                        expected.append(((round(x), round(height - y)), rgb, float(values[i, j])))
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    path = tmp_path / "suite.png"
+    suite_run.plot(cases, rows, str(path), "suite test")
+    with Image.open(path) as img:
+        saved = img.convert("RGB")
+        off = [(value, want, saved.getpixel(xy)) for xy, want, value in expected
+               if max(abs(a - b) for a, b in zip(saved.getpixel(xy), want)) > 2]
+    assert len(expected) == 3 * 2 * 21 and not off, off[:5]
