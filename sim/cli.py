@@ -92,7 +92,7 @@ def build(args: argparse.Namespace) -> tuple[SimConfig, list[Variant], Workload,
         raise SimInputError(f"--warmup {plain(warmup)} must be shorter than --duration {plain(duration)}: the tables measure the "
                             "simulated time after the warm-up, and none would be left")
     config = _config(s)
-    _probes_within_capacity(config)
+    _probes_within_capacity(config, given)
     workload = _workload(s, given, config)
     tracker = s["tracker"]
 
@@ -234,7 +234,7 @@ def _workload(s: dict[str, Any], given: set[str], config: SimConfig) -> Workload
     else:
         prompt = Lengths.parse(s["prompt_tokens"], "--prompt-tokens")
         output = Lengths.parse(s["output_tokens"], "--output-tokens")
-        _rate_within_capacity(s["rate"], config)
+        _rate_within_capacity(s["rate"], config, given)
         with options_named():
             if kind == "poisson":
                 main = Poisson(rate=s["rate"], prompt=prompt, output=output)
@@ -274,7 +274,7 @@ def max_rate(config: SimConfig) -> float:
     return running_slots(config) / config.cost.shortest_forward_s()
 
 
-def _rate_within_capacity(rate: Any, config: SimConfig) -> None:
+def _rate_within_capacity(rate: Any, config: SimConfig, given: set[str]) -> None:
     """A rate past ``max_rate``; a rate that is no finite number is the workload's to refuse (``--rate inf``: one line
     saying it must be finite, not a count of infinitely many requests)."""
     if rate is None or isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate):
@@ -282,8 +282,30 @@ def _rate_within_capacity(rate: Any, config: SimConfig) -> None:
     if rate > max_rate(config):
         shortest = config.cost.shortest_forward_s()
         raise SimInputError(
-            f"--rate {plain(rate)}: {counted(rate * shortest, 'request')} would arrive in one {shortest:g} s pass, "
-            f"more than {_at_once(config)}; at most {max_rate(config):,.0f} req/s here")
+            f"--rate {plain(rate)}: {counted(rate * shortest, 'request')} would arrive in {_shortest_pass(config, given)}, "
+            f"more than {_at_once(config)}; at most {_per_s(max_rate(config))} req/s here")
+
+
+def _shortest_pass(config: SimConfig, given: set[str]) -> str:
+    """``one 0.04 s pass``, with the ``--cost-*`` options given that make the shortest forward that long
+    (``one 300 s pass (--cost-moe-token 300)``): a rate refused for a pass the user lengthened names the option that
+    did, not only the rate."""
+    cost = config.cost
+    shortest = cost.shortest_forward_s()
+    if shortest == cost.floor_s:
+        parts: tuple[str, ...] = ("floor_s",)
+    elif shortest == cost.pass_seconds([(1, 0)]):  # one prefill token's attention and MoE
+        parts = ("attn_token_s", "moe_token_s")
+    else:  # one decoding request's
+        parts = ("attn_decode_s", "moe_token_s")
+    options = [f"{_flag(key)} {plain(getattr(cost, field))}" for key, field in _COST_OPTIONS.items()
+               if field in parts and key in given]
+    return f"one {shortest:g} s pass" + (f" ({', '.join(options)})" if options else "")
+
+
+def _per_s(rate: float) -> str:
+    """A rate in a message: whole above 100 (25,600), else to three digits (3.41, not 3; 0.00341, not 0)."""
+    return f"{rate:,.0f}" if rate >= 100 else f"{rate:.3g}"
 
 
 def _at_once(config: SimConfig) -> str:
@@ -292,7 +314,7 @@ def _at_once(config: SimConfig) -> str:
     return f"the {counted(running_slots(config), 'request')} {ranks} at once"
 
 
-def _probes_within_capacity(config: SimConfig) -> None:
+def _probes_within_capacity(config: SimConfig, given: set[str]) -> None:
     """GET /health's probes are requests too: more of them per pass than the ranks run at once floods the queues
     without bound (an interval of 1e-9 s took every byte of memory)."""
     interval = config.health_check_interval_s
@@ -300,8 +322,8 @@ def _probes_within_capacity(config: SimConfig) -> None:
     if interval is not None and 1.0 / interval > most:
         shortest = config.cost.shortest_forward_s()
         raise SimInputError(
-            f"--health-check-interval {plain(interval)}: {counted(shortest / interval, 'probe')} would arrive in one "
-            f"{shortest:g} s pass, more than {_at_once(config)}; at least {1.0 / most:.3g} s here")
+            f"--health-check-interval {plain(interval)}: {counted(shortest / interval, 'probe')} would arrive in "
+            f"{_shortest_pass(config, given)}, more than {_at_once(config)}; at least {1.0 / most:.3g} s here")
 
 
 def _concurrency_within_memory(concurrency: int, config: SimConfig) -> None:

@@ -9,7 +9,7 @@ from typing import Any, Optional
 from ..spec.registry import param_named
 from ..spec.errors import ConfigError
 from ..spec.registry import known_profile, resolve_profile
-from .cost import SGLANG_35241, CostModel
+from .cost import SGLANG_35241, WATCHDOG_S, CostModel
 from .dispatch import HEALTH_DISPATCH, METHODS, ROUND_ROBIN, health_dispatch_for
 from .errors import SimInputError
 from .trackers import NONE, TRACKERS, own_tracker, release_for, tracker_for
@@ -122,10 +122,27 @@ class SimConfig:
             raise SimInputError(f"invalid gather={self.gather!r}: expected one of {', '.join(GATHERS)}")
         if not isinstance(self.cost, CostModel):
             raise SimInputError(f"invalid cost={self.cost!r}: expected a CostModel")
+        self._check_longest_pass()
         for name in DELAYER_SETTINGS:
             spec = param_named(name)
             if not spec.check(getattr(self, name)):
                 raise SimInputError(f"invalid {name}={getattr(self, name)!r}: expected {spec.valid}")
+
+    def _check_longest_pass(self) -> None:
+        """The longest pass these settings allow (every rank prefilling a whole chunk and decoding every running
+        request) within SGLang's watchdog: a longer one is no deployment's, and a run of such passes draws millions
+        of arrivals into each (each held in memory) and never gets far."""
+        chunk, running, cost = self.chunked_prefill_size, self.max_running_requests, self.cost
+        longest = cost.pass_seconds([(chunk, running)] * self.dp_size)
+        if longest > WATCHDOG_S:
+            parts = {"floor_s": cost.floor_s, "attn_token_s": cost.attn_token_s * chunk,
+                     "attn_decode_s": cost.attn_decode_s * running, "moe_token_s": cost.moe_token_s * self.dp_size * (chunk + running)}
+            most = max(parts, key=lambda name: parts[name])
+            raise SimInputError(
+                f"a pass of {chunk} prefill tokens and {running} decoding requests on each of {self.dp_size} ranks "
+                f"(chunked_prefill_size, max_running_requests, dp_size) takes {longest:.3g} s, most of it from cost "
+                f"{most}={getattr(cost, most):.4g}: past {WATCHDOG_S:g} s, SGLang's default --watchdog-timeout, at which a "
+                "server takes its forward batch for hung and exits")
 
     def delayer_settings(self) -> dict[str, Any]:
         """SGLang's delayer options of this run, by name (a policy takes those it has a parameter of)."""

@@ -52,6 +52,10 @@ _MOE_TOKEN_S = (_FULL_PASS_S - _ONE_RANK_PASS_S) / (_CHUNK * (_RANKS - 1))
 _ATTN_TOKEN_S = _ONE_RANK_PASS_S / _CHUNK - _MOE_TOKEN_S
 
 FIELDS = ("floor_s", "attn_token_s", "attn_decode_s", "moe_token_s", "idle_pass_s")
+# The most any one coefficient may be: SGLang's --watchdog-timeout default. A forward batch that runs longer is taken
+# for a hang and the server exits, so a floor, one token's or one decoding request's cost above it is a pass no
+# deployment runs; a pass without a forward (the loop's poll and gathers) is shorter than one with.
+WATCHDOG_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,10 @@ class CostModel:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise SimInputError(f"invalid cost {name}={value!r}: expected a finite number of seconds >= 0")
+            if value > WATCHDOG_S:
+                raise SimInputError(f"invalid cost {name}={value!r}: expected at most {WATCHDOG_S:g} s, SGLang's default "
+                                    "--watchdog-timeout, past which a server takes its forward batch for hung and exits: "
+                                    "no deployment's pass has a part that long")
         if self.idle_pass_s <= 0:
             raise SimInputError("invalid cost idle_pass_s=0: a pass without a forward must take some time, or simulated time stalls")
         if self.floor_s <= 0 and self.attn_token_s <= 0 and self.moe_token_s <= 0 and self.attn_decode_s <= 0:

@@ -568,3 +568,36 @@ def test_a_rate_that_is_no_finite_number_is_one_line(capsys, extra, said):
     assert cli([*SMALL, *extra]) == 2
     out, err = capsys.readouterr()
     assert (out, err) == ("", said)
+
+
+@pytest.mark.parametrize("extra, said", [
+    # each coefficient is a part of one pass: past SGLang's watchdog (300 s by default) no deployment's pass has it
+    (["--cost-floor", "1e308", "--cost-idle-pass", "1e308"], "invalid --cost-floor 1e+308: expected at most 300 s, "
+     "SGLang's default --watchdog-timeout, past which a server takes its forward batch for hung and exits"),
+    (["--cost-moe-token", "1e300"], "invalid --cost-moe-token 1e+300: expected at most 300 s"),
+    (["--cost-idle-pass", "301"], "invalid --cost-idle-pass 301: expected at most 300 s"),
+    # a rate refused for a pass the user lengthened names the option that lengthened it
+    (["--cost-floor", "100"], "--rate 3: 300 requests would arrive in one 100 s pass (--cost-floor 100), more than the 16 "
+     "requests all 2 ranks run at once; at most 0.16 req/s here\n"),
+])
+def test_a_cost_coefficient_no_deployment_has_is_one_line_naming_it(capsys, extra, said):
+    """--cost-floor 1e308 ended in an OverflowError's traceback; --cost-moe-token 1e300 blamed --rate 5 with a
+    300-digit count of requests."""
+    assert cli([*SMALL, *extra]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("prefill-delayer simulate: ") and err.count("\n") == 1 and said in err, err
+
+
+def test_a_pass_longer_than_sglang_s_watchdog_is_refused_before_any_run():
+    """Each coefficient within bounds, the longest pass the engine allows still may not be: 299 s per prefill token made
+    passes of days, each drawing its arrivals into memory (gigabytes within a minute, and no end). Refused as the
+    settings are built, naming the options and the coefficient that makes it long."""
+    args = build_parser().parse_args([*SMALL, "--cost-attn-token", "299"])
+    with pytest.raises(ValueError) as exc:
+        build(args)
+    assert str(exc.value) == (
+        "a pass of 1024 prefill tokens and 8 decoding requests on each of 2 ranks (--chunked-prefill-size, "
+        "--max-running-requests, --dp-size) takes 3.06e+05 s, most of it from --cost-attn-token 299: past 300 s, SGLang's "
+        "default --watchdog-timeout, at which a server takes its forward batch for hung and exits")
+    # the same settings with the chunk that fits stay a run
+    build(build_parser().parse_args([*SMALL, "--cost-attn-token", "0.2"]))
