@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 from ..spec.registry import param_named
 from ..spec.errors import ConfigError
+from ..spec.fields import MAX_COUNT
 from ..spec.registry import known_profile, resolve_profile
 from .cost import SGLANG_35241, WATCHDOG_S, CostModel
 from .dispatch import HEALTH_DISPATCH, METHODS, ROUND_ROBIN, health_dispatch_for
@@ -28,6 +29,14 @@ OFF = "off"  # the variant without a delayer (SGLang without --enable-prefill-de
 def _int_at_least(name: str, value: Any, low: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise SimInputError(f"invalid {name}={value!r}: expected an integer >= {low}")
+
+
+def _count(name: str, value: Any) -> None:
+    """One of a rank's engine counts (requests, tokens): the policies gather them, and their parameters stand for
+    them, as counts (``spec.fields.MAX_COUNT`` at most), so a larger one would stop a run at its first gather."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
+        raise SimInputError(f"invalid {name}={value!r}: expected an integer in [1, {MAX_COUNT}], the counts a policy's "
+                            "gathered rows carry")
 
 
 def _seconds(name: str, value: Any, allow_none: bool = True, positive: bool = False) -> None:
@@ -89,11 +98,11 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         _int_at_least("dp_size (ranks)", self.dp_size, 1)
-        _int_at_least("max_running_requests", self.max_running_requests, 1)
-        _int_at_least("max_total_tokens", self.max_total_tokens, 1)
-        _int_at_least("chunked_prefill_size (the chunk budget)", self.chunked_prefill_size, 1)
-        _int_at_least("max_prefill_tokens", self.max_prefill_tokens, 1)
-        _int_at_least("page_size", self.page_size, 1)
+        _count("max_running_requests", self.max_running_requests)
+        _count("max_total_tokens", self.max_total_tokens)
+        _count("chunked_prefill_size (the chunk budget)", self.chunked_prefill_size)
+        _count("max_prefill_tokens", self.max_prefill_tokens)
+        _count("page_size", self.page_size)
         if self.page_size > self.max_total_tokens:
             raise SimInputError(f"page_size={self.page_size} exceeds max_total_tokens={self.max_total_tokens}: the KV pool "
                                 "would hold no whole page")

@@ -79,9 +79,27 @@ def policy_config(profile: str, dp_size: int, settings: Mapping[str, Any], sets:
                                  enable_dp_attention=True, **values)
     except ConfigError as exc:
         message = str(exc)
-        for name in {name for name, _ in sets}:  # a value the user gave with --set is named so (``--set NAME=VALUE``)
+        given = {name for name, _ in sets}
+        for name in given:  # a value the user gave with --set is named so (``--set NAME=VALUE``)
             message = re.sub(rf"(?<![\w-]){re.escape(name)}=", f"--set {name}=", message)
+        for name, setting in _stood_for(policy, settings).items():  # a value a scheduler setting gave, by its name
+            if name not in given:
+                message = re.sub(rf"(?<![\w-]){re.escape(name)}=", f"{setting}=", message)
         raise SimInputError(f"profile {profile!r}: {message}") from None
+
+
+def _stood_for(policy: Any, settings: Mapping[str, Any]) -> dict[str, str]:
+    """Each parameter of ``policy`` a scheduler setting stands for (``SimBinding.params``), and that setting: what
+    the user gave is the setting (``--chunked-prefill-size``), so a check of the parameter names it. A parameter
+    stands for the setting without which the binding no longer gives it the same value."""
+    if policy.sim is None:
+        return {}
+    given = dict(policy.sim.params(settings))
+    out: dict[str, str] = {}
+    for setting in settings:
+        rest = policy.sim.params({k: v for k, v in settings.items() if k != setting})
+        out.update((name, setting) for name, value in given.items() if name not in rest or rest[name] != value)
+    return out
 
 
 def as_off(profile: str, dp_size: int, settings: Mapping[str, Any], sets: Sequence[tuple[str, Any]] = ()) -> Optional[str]:

@@ -179,7 +179,7 @@ def _bad_trace(tmp_path: Path) -> str:
 BAD = [
     (["--rate", "0"], "--rate must be a finite number of requests per second > 0, got 0\n"),
     (["--rate", "-2"], "--rate must be a finite number of requests per second > 0, got -2\n"),
-    (["--chunked-prefill-size", "0"], "invalid --chunked-prefill-size 0: expected an integer >= 1"),
+    (["--chunked-prefill-size", "0"], "invalid --chunked-prefill-size 0: expected an integer in [1, 2147483647]"),
     (["--dp-size", "0"], "--dp-size must be an integer in [1, 256], got 0"),
     (["--profile", "sglang-9.9"], "unknown profile 'sglang-9.9': expected one of seed, sglang-0.5.17"),
     (["--passes", "0"], "invalid --passes 0: expected an integer >= 1"),
@@ -601,3 +601,50 @@ def test_a_pass_longer_than_sglang_s_watchdog_is_refused_before_any_run():
         "default --watchdog-timeout, at which a server takes its forward batch for hung and exits")
     # the same settings with the chunk that fits stay a run
     build(build_parser().parse_args([*SMALL, "--cost-attn-token", "0.2"]))
+
+
+@pytest.mark.parametrize("extra", [
+    ["--profile", "hardened"], ["--profile", "seed"], ["--profile", "aligned"], ["--profile", "sglang-0.5.17"],
+    ["--profile", "lockstep"], ["--profile", "hardened", "--gather", "threads"],
+    [],  # every profile: it named trtllm-adp-balance's max_batch_size, which the option stands for
+])
+def test_an_engine_count_past_what_a_row_carries_names_the_option_before_any_run(capsys, extra):
+    """--max-running-requests 2147483648 failed the first pass's gather: exit 1 and a 23 KB chained traceback
+    printing the rows' raw bytes, or, where a policy's parameter stands for the option, a line blaming that
+    parameter. The bound is the spec's count (MAX_COUNT), checked with the other settings, before any run."""
+    from prefill_delayer.spec.fields import MAX_COUNT
+
+    too_many = str(MAX_COUNT + 1)
+    assert cli([*SMALL, "--max-running-requests", too_many, *extra]) == 2
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", f"prefill-delayer simulate: invalid --max-running-requests {too_many}: expected an integer "
+                              f"in [1, {MAX_COUNT}], the counts a policy's gathered rows carry\n")
+
+
+@pytest.mark.parametrize("option", ["--chunked-prefill-size", "--max-prefill-tokens", "--max-total-tokens", "--page-size"])
+def test_every_engine_count_is_bounded_by_what_a_row_carries(capsys, option):
+    """--chunked-prefill-size 99999999999999999999 was blamed on atom-coalescer's max_num_batched_tokens."""
+    assert cli([*SMALL, option, "99999999999999999999"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"prefill-delayer simulate: invalid {option} 99999999999999999999: expected an integer in [1, "), err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("profile, setting, option", [
+    ("atom-coalescer", "chunked_prefill_size", "--chunked-prefill-size"),
+    ("trtllm-adp-balance", "max_running_requests", "--max-running-requests"),
+    ("aligned", "chunked_prefill_size", "--chunked-prefill-size"),
+])
+def test_a_policy_parameter_that_stands_for_an_engine_option_is_named_as_that_option(profile, setting, option):
+    """A policy's parameter given by a scheduler setting (``SimBinding.params``) is checked by the policy: its
+    message names the setting the user gave (said as the option by the command), not the parameter they never typed."""
+    from prefill_delayer.sim.cli import in_options
+    from prefill_delayer.sim.config import SimConfig
+    from prefill_delayer.sim.errors import SimInputError
+    from prefill_delayer.sim.policy_site import policy_config
+
+    settings = {**SimConfig(dp_size=2).policy_settings(), setting: 2**31}
+    with pytest.raises(SimInputError) as exc:
+        policy_config(profile, 2, settings)
+    assert str(exc.value).startswith(f"profile '{profile}': invalid {setting}=2147483648: expected "), exc.value
+    assert in_options(str(exc.value)).startswith(f"profile '{profile}': invalid {option} 2147483648: expected ")
