@@ -107,6 +107,7 @@ def build(args: argparse.Namespace) -> tuple[SimConfig, list[Variant], Workload,
     if tracker is not None and all(v.profile is None for v in variants):
         raise SimInputError(f"--tracker {tracker}: off runs no delayer, so nothing reads max_prefill_bs and no tracker "
                             "runs; --tracker sets it for the profiles with a delayer")
+    check_sets_once(config.policy_params)
     check_sets([v.profile for v in variants], config.policy_params)
     check_sets_no_option(config.policy_params)
     for v in variants:  # every profile can be simulated, with its settings, before any run starts
@@ -126,6 +127,16 @@ def build(args: argparse.Namespace) -> tuple[SimConfig, list[Variant], Workload,
 
         require_scheduler()  # one line and exit 2 where SGLang's scheduler does not import
     return config, variants, workload, s
+
+
+def check_sets_once(sets: Sequence[tuple[str, Any]]) -> None:
+    """A ``--set NAME`` given twice: the last value would reach the policies while ``--json`` listed both; refused, as
+    ``PREFILL_DELAYER_PARAMS`` refuses a name given twice."""
+    seen: set[str] = set()
+    for name, _ in sets:
+        if name in seen:
+            raise SimInputError(f"--set {name} is given twice: give each parameter once")
+        seen.add(name)
 
 
 def check_sets_no_option(sets: Sequence[tuple[str, Any]]) -> None:

@@ -648,3 +648,15 @@ def test_a_policy_parameter_that_stands_for_an_engine_option_is_named_as_that_op
         policy_config(profile, 2, settings)
     assert str(exc.value).startswith(f"profile '{profile}': invalid {setting}=2147483648: expected "), exc.value
     assert in_options(str(exc.value)).startswith(f"profile '{profile}': invalid {option} 2147483648: expected ")
+
+
+@pytest.mark.parametrize("argv", [
+    [*SMALL, "--profile", "aligned"],
+    ["simulate", "--suite", "default", "--profile", "aligned", "--duration", "1"],
+])
+def test_a_set_given_twice_is_refused(capsys, argv):
+    """The last --set used to win, silently, while --json's settings.policy_params listed both; PREFILL_DELAYER_PARAMS,
+    --seeds and --load-scale refuse a name or value given twice, and so does --set now."""
+    assert cli([*argv, "--set", "quorum_percent=1", "--set", "quorum_percent=100"]) == 2
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", "prefill-delayer simulate: --set quorum_percent is given twice: give each parameter once\n")
