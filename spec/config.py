@@ -44,8 +44,9 @@ def plain(x: Any) -> str:
 
 def parse_setting(text: str) -> tuple[str, Any]:
     """``NAME=VALUE``: an integer, a number, true/false, none, or else text (the policy's configuration checks it).
-    ``ValueError`` when there is no ``=`` or no name. What ``simulate --set`` and the plugin's
-    ``PREFILL_DELAYER_PARAMS`` read."""
+    ``ValueError`` when there is no ``=`` or no name, or for a number as Python's ``int``/``float`` read it and no
+    one writes it on a command line (``7_5``, which they read as 75; digits of other scripts). What ``simulate --set``
+    and the plugin's ``PREFILL_DELAYER_PARAMS`` read."""
     name, sep, raw = text.partition("=")
     if not sep or not name.strip():
         raise ValueError(f"expected NAME=VALUE, got {text!r}")
@@ -58,10 +59,13 @@ def parse_setting(text: str) -> tuple[str, Any]:
     else:
         for kind in (int, float):
             try:
-                value = kind(value)
-                break
+                number = kind(value)
             except ValueError:
-                pass
+                continue
+            if "_" in value or not value.isascii():
+                raise ValueError(f"expected NAME=VALUE with a number in plain digits (0-9, no '_'), got {text!r}")
+            value = number
+            break
     return name.strip(), value
 
 

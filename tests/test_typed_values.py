@@ -87,3 +87,21 @@ def test_the_runtime_example_quotes_its_options_as_typed() -> None:
     done = subprocess.run([sys.executable, "-m", "prefill_delayer.runtime.example", "--timeout-s", "-1"],
                           capture_output=True, text=True, timeout=120, env=env)
     assert (done.returncode, done.stderr) == (2, "prefill-delayer example: --timeout-s must be a number > 0, got -1\n")
+
+
+@pytest.mark.parametrize("value", ["7_5", "0.2_5", "\u0667\u0665"])
+def test_a_number_as_only_python_spells_it_is_refused_by_both_setting_readers(value: str, capsys: pytest.CaptureFixture) -> None:
+    """Python's int() and float() read 7_5 as 75 (and Arabic-Indic digits as theirs): --set quorum_percent=7_5 ran with
+    75, a typo of 7.5 taken as another number. The one reader of NAME=VALUE (``spec.config.parse_setting``) refuses
+    it, for --set and PREFILL_DELAYER_PARAMS alike."""
+    from prefill_delayer.integrations.sglang.plugin import parse_params
+    from prefill_delayer.spec.errors import ConfigError
+
+    said = f"expected NAME=VALUE with a number in plain digits (0-9, no '_'), got 'quorum_percent={value}'"
+    with pytest.raises(SystemExit) as exit_:
+        cli([*POISSON, "--profile", "aligned", "--set", f"quorum_percent={value}"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1 and f"argument --set: {said}" in err, err
+    with pytest.raises(ConfigError) as exc:
+        parse_params(f"low_load_watermark=0.5,quorum_percent={value}")
+    assert str(exc.value) == f"PREFILL_DELAYER_PARAMS: {said}"
