@@ -215,8 +215,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "output, which has the tables: - is refused)")
     r.add_argument("--wide", action="store_true", default=S, help="print every column of the comparison table (default: "
                    "the compact one: throughput, TTFT, unserved requests, mixed passes); --json has every figure either way")
-    r.add_argument("--progress", dest="progress", action="store_const", const=True, default=S, help="show a progress bar on stderr (default: only when stderr is a terminal)")
-    r.add_argument("--no-progress", dest="progress", action="store_const", const=False, default=S, help="never show the progress bar")
+    shown = r.add_mutually_exclusive_group()  # both would be the last one winning, silently
+    shown.add_argument("--progress", dest="progress", action="store_const", const=True, default=S, help="show a progress bar on stderr (default: only when stderr is a terminal)")
+    shown.add_argument("--no-progress", dest="progress", action="store_const", const=False, default=S, help="never show the progress bar")
 
 
 def policy_setting(text: str) -> tuple[str, Any]:

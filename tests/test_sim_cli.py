@@ -660,3 +660,13 @@ def test_a_set_given_twice_is_refused(capsys, argv):
     assert cli([*argv, "--set", "quorum_percent=1", "--set", "quorum_percent=100"]) == 2
     out, err = capsys.readouterr()
     assert (out, err) == ("", "prefill-delayer simulate: --set quorum_percent is given twice: give each parameter once\n")
+
+
+@pytest.mark.parametrize("both", [["--progress", "--no-progress"], ["--no-progress", "--progress"]])
+def test_progress_and_no_progress_together_are_a_usage_error(capsys, both):
+    """Both were taken, the last one winning, silently."""
+    with pytest.raises(SystemExit) as exit_:
+        cli([*SMALL, "--profile", "seed", *both])
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 2 and out == "" and err.count("\n") == 1, err
+    assert f"argument {both[1]}: not allowed with argument {both[0]}" in err, err
