@@ -132,6 +132,7 @@ class SimConfig:
         if not isinstance(self.cost, CostModel):
             raise SimInputError(f"invalid cost={self.cost!r}: expected a CostModel")
         self._check_longest_pass()
+        self._check_clock()
         for name in DELAYER_SETTINGS:
             spec = param_named(name)
             if not spec.check(getattr(self, name)):
@@ -152,6 +153,18 @@ class SimConfig:
                 f"(chunked_prefill_size, max_running_requests, dp_size) takes {longest:.3g} s, most of it from cost "
                 f"{most}={getattr(cost, most):.4g}: past {WATCHDOG_S:g} s, SGLang's default --watchdog-timeout, at which a "
                 "server takes its forward batch for hung and exits")
+
+    def _check_clock(self) -> None:
+        """A duration the simulated clock can reach: a float's step grows with its value, and where it passes the
+        shortest pass the clock no longer counts one (at --duration 1e308 a pass moves it not at all, so the run
+        never reached its end and held every pass it ran, gigabytes within minutes)."""
+        shortest = min(self.cost.idle_pass_s, self.cost.shortest_forward_s())
+        if self.duration_s is not None and math.ulp(self.duration_s) > shortest:
+            most = math.ldexp(1.0, math.frexp(shortest)[1] + 52)  # from 2**(e+52) on, the step exceeds 2**(e-1) <= shortest
+            raise SimInputError(
+                f"invalid duration_s={self.duration_s!r}: the simulated clock, a 64-bit float, steps by "
+                f"{math.ulp(self.duration_s):.3g} s there, more than the shortest pass ({shortest:g} s), which it could not "
+                f"count: expected less than {most:.4g} s")
 
     def delayer_settings(self) -> dict[str, Any]:
         """SGLang's delayer options of this run, by name (a policy takes those it has a parameter of)."""

@@ -11,6 +11,7 @@ import argparse
 from typing import Any
 
 from ..spec.config import parse_setting
+from ..spec.fields import MAX_COUNT
 from ..spec.registry import all_profiles, policy_of
 from .suite import SUITES
 from .suite_goal import OFF_SLACK, P99_SLACK, TOK_SLACK
@@ -199,14 +200,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r = p.add_argument_group("run and output")
     r.add_argument("--passes", type=int, metavar="N", default=S, help="stop after N passes (default 10000, or none with --duration)")
     r.add_argument("--duration", type=float, metavar="S", default=S, help="stop at S simulated seconds (with --suite: every "
-                   "workload's, its warm-up cut in proportion where S is shorter than its own run, as the header says)")
+                   "workload's, its warm-up cut in proportion where S is shorter than its own run, as the header says); "
+                   "S short of where the simulated clock, a float, steps by more than the shortest pass and could not "
+                   "count one")
     r.add_argument("--warmup", type=float, metavar="S", default=S, help="leave the first S simulated seconds out of the table")
     r.add_argument("--seed", type=int, metavar="N", default=S, help="RNG seed (default 0): same seed, same run")
     r.add_argument("--seeds", metavar="LIST", default=S, help="with --suite: run the suite at each seed of LIST (0-7, "
                    "0,3,5), a sweep like --load-scale's (with it, every load at every seed): at one load the draw of "
                    "arrivals decides on which side of a policy's saturation cliff a run lies, so a verdict at one "
                    "seed is one draw; with --goal, each policy's count in each cell and in all, and the goal "
-                   "policy's verdict per workload and cell")
+                   f"policy's verdict per workload and cell; at most {MAX_COUNT} runs in all, the most of any count in "
+                   "the spec")
     r.add_argument("--jobs", type=int, metavar="N", default=S, help="with --suite: run N of its runs at once, each in "
                    "a process of its own (default 1); the figures are the same as one at a time")
     r.add_argument("--gather", choices=("lockstep", "threads"), default=S, help="in-process gather: one thread in lock-step (default), or a thread per rank over runtime.InProcessGroup")

@@ -22,6 +22,7 @@ from typing import Any, Mapping, Optional, Sequence, TextIO
 from ..files import Outputs
 from ..runtime.decision_log import DECISION_LOG_ENV
 from ..spec.config import plain
+from ..spec.fields import MAX_COUNT
 from ..spec.registry import all_profiles, policy_of
 from .bound import Bound, Slopes, arrivals, bound, capacity_tok_s, demand, percentile, window_capacity_tok_s
 from .cli import PLOT_SUFFIXES, build, check_logs_whole, max_rate, options_named, running_slots
@@ -462,18 +463,33 @@ def scaled(scale: float) -> str:
     return "" if scale == 1 else f", offered loads {load_label(scale)}"
 
 
-def check_seeds(text: Any) -> list[int]:
-    """``--seeds``: seeds and ranges of seeds, comma-separated (``0-7``, ``0,3,5``, ``0-2,9``), each once."""
-    seen: list[int] = []
+def check_seeds(text: Any) -> list[range]:
+    """``--seeds``: seeds and ranges of seeds, comma-separated (``0-7``, ``0,3,5``, ``0-2,9``), each once; the ranges,
+    checked for repeats without listing their seeds (``0-99999999999`` is no list to build: ``check_runs``)."""
+    ranges: list[range] = []
     for part in str(text).split(","):
         lo, dash, hi = part.strip().partition("-")
         if not (lo.isdigit() and (not dash or hi.isdigit())) or (dash and int(hi) < int(lo)):
             raise SimInputError(f"--seeds takes seeds and ranges of seeds >= 0, comma-separated (0-7, 0,3,5), got {text!r}")
-        for seed in range(int(lo), int(hi if dash else lo) + 1):
-            if seed in seen:
-                raise SimInputError(f"--seeds: seed {seed} is given twice in {text!r}")
-            seen.append(seed)
-    return seen
+        ranges.append(range(int(lo), int(hi if dash else lo) + 1))
+    covered = -1  # the highest seed of the ranges so far, in order of their first: a range starting at or below it repeats
+    for r in sorted(ranges, key=lambda r: r.start):
+        if r.start <= covered:
+            raise SimInputError(f"--seeds: seed {r.start} is given twice in {text!r}")
+        covered = r.stop - 1
+    return ranges
+
+
+def check_runs(name: str, profiles: Sequence[str], scales: Sequence[float], seeds: Sequence[range], text: Any) -> None:
+    """A sweep is a run of every workload with every policy at each load and seed: a count of runs, at most
+    ``MAX_COUNT`` as every count the spec declares, checked before the seeds are listed or any cell planned."""
+    per_seed = len(SUITES[name]) * len(profiles) * len(scales)
+    count = sum(len(r) for r in seeds)
+    if count * per_seed > MAX_COUNT:
+        at = f" at {len(scales)} loads" if len(scales) > 1 else ""
+        raise SimInputError(f"--seeds {text}: {count:,} seeds, each a run of suite {name}'s {len(SUITES[name])} workloads "
+                            f"with {counted(len(profiles), 'policy', 'policies')}{at}, would be {count * per_seed:,} runs, "
+                            f"more than {MAX_COUNT:,}, the most of any count in the spec")
 
 
 def check_load_scales(xs: Sequence[Any]) -> list[float]:
@@ -537,7 +553,7 @@ def main(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     scales = check_load_scales(s["load_scale"])
     if "seed" in given and "seeds" in given:
         raise SimInputError("give --seed N (one run) or --seeds LIST (a run at each), not both")
-    seeds = check_seeds(s["seeds"]) if "seeds" in given else [s["seed"]]
+    ranges = check_seeds(s["seeds"]) if "seeds" in given else [range(s["seed"], s["seed"] + 1)]
     check_jobs(s["jobs"])
     if scales != [1.0] and all(w.load is None for w in SUITES[name]):
         raise SimInputError(f"--load-scale: no workload of suite {name} has a load to scale (its scenarios keep their own "
@@ -558,6 +574,9 @@ def main(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         raise SimInputError(f"--goal {goal}: not among the policies run ({', '.join(profiles)}); give it with --profile")
     if goal is not None and len(profiles) < 2:
         raise SimInputError(f"--goal {goal}: no other policy to judge it against; give another with --profile")
+    if "seeds" in given:
+        check_runs(name, profiles, scales, ranges, s["seeds"])
+    seeds = [seed for r in ranges for seed in r]
     show = s["progress"]
     if show == PROGRESS_AUTO:
         show = stderr.isatty()
@@ -582,6 +601,6 @@ def main(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     return 0
 
 
-__all__ = ["Case", "Planned", "Row", "SUITE_OPTIONS", "check_load_scales", "check_seeds", "default_profiles", "goals", "load_label", "main", "measure", "plan", "plan_suite", "plot", "report",
+__all__ = ["Case", "Planned", "Row", "SUITE_OPTIONS", "check_load_scales", "check_runs", "check_seeds", "default_profiles", "goals", "load_label", "main", "measure", "plan", "plan_suite", "plot", "report",
            "run_bound", "run_planned", "run_suite", "scaled", "standings", "suite_doc", "table", "tpots", "ttfts_censored",
            "warmups_cut"]

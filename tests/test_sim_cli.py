@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import sys
@@ -670,3 +671,61 @@ def test_progress_and_no_progress_together_are_a_usage_error(capsys, both):
     out, err = capsys.readouterr()
     assert exit_.value.code == 2 and out == "" and err.count("\n") == 1, err
     assert f"argument {both[1]}: not allowed with argument {both[0]}" in err, err
+
+
+def _first_duration_the_clock_cannot_reach() -> float:
+    """The first power of two where a float's step exceeds the default cost model's shortest pass (an idle one)."""
+    from prefill_delayer.sim.cost import SGLANG_35241
+
+    shortest = min(SGLANG_35241.idle_pass_s, SGLANG_35241.shortest_forward_s())
+    x = 1.0
+    while math.ulp(x) <= shortest:
+        x *= 2
+    return x
+
+
+def test_a_duration_the_simulated_clock_cannot_count_to_is_refused_before_any_run():
+    """--duration 1e308 ran without end (3.7 GB after ten minutes): there a pass does not move the clock at all."""
+    from prefill_delayer.sim.errors import SimInputError
+
+    too_far = _first_duration_the_clock_cannot_reach()
+    with pytest.raises(SimInputError) as exc:
+        build(build_parser().parse_args([*SMALL, "--duration", "1e308"]))
+    assert str(exc.value) == ("invalid --duration 1e+308: the simulated clock, a 64-bit float, steps by 2e+292 s there, "
+                              f"more than the shortest pass (0.0015 s), which it could not count: expected less than "
+                              f"{too_far:.4g} s")
+    with pytest.raises(SimInputError, match=r"^invalid --duration 8796093022208: .* steps by 0\.00195 s there"):
+        build(build_parser().parse_args([*SMALL, "--duration", repr(too_far)]))
+    build(build_parser().parse_args([*SMALL, "--duration", repr(math.nextafter(too_far, 0))]))  # the last it can
+
+
+def test_a_suite_s_duration_the_clock_cannot_count_to_is_one_line(capsys):
+    assert cli(["simulate", "--suite", "calibration", "--profile", "off", "--duration", "1e308"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("prefill-delayer simulate: invalid --duration 1e+308: the simulated clock, ")
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("suite, profiles, seeds, count", [
+    ("default", ["off", "seed"], "0-99999999999", 100_000_000_000),
+    ("calibration", ["off"], "0-2147483647", 2_147_483_648),  # one policy: a run per workload at each seed
+])
+def test_seeds_are_a_count_of_runs(capsys, suite, profiles, seeds, count):
+    """--seeds 0-99999999999 was taken: the sweep began to list (and compare) a hundred billion seeds. The seeds
+    are a count of runs (each a run of every workload with every policy), at most the spec's count bound."""
+    from prefill_delayer.spec.fields import MAX_COUNT
+    from prefill_delayer.sim.suite import SUITES
+
+    workloads = len(SUITES[suite])
+    policies = "1 policy" if len(profiles) == 1 else f"{len(profiles)} policies"
+    argv = ["simulate", "--suite", suite, *(a for p in profiles for a in ("--profile", p)), "--seeds", seeds]
+    assert cli(argv) == 2
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", f"prefill-delayer simulate: --seeds {seeds}: {count:,} seeds, each a run of suite {suite}'s "
+                              f"{workloads} workloads with {policies}, would be {count * workloads * len(profiles):,} "
+                              f"runs, more than {MAX_COUNT:,}, the most of any count in the spec\n")
+
+
+def test_a_seed_repeated_in_a_range_is_found_without_listing_the_range(capsys):
+    assert cli(["simulate", "--suite", "default", "--seeds", "5,0-99999999999"]) == 2
+    assert capsys.readouterr().err == "prefill-delayer simulate: --seeds: seed 5 is given twice in '5,0-99999999999'\n"
