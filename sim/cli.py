@@ -428,6 +428,7 @@ def main(args: argparse.Namespace, stdout: Optional[TextIO] = None, stderr: Opti
         if progress is not None:
             stderr.write("\n")  # end the progress bar's line: the interrupt is said on a line of its own
         raise
+    check_measured(results)
     with outputs(s).writing() as out:  # both files or neither
         if s["plot"] is not None:
             from .plot import plot
@@ -442,6 +443,28 @@ def main(args: argparse.Namespace, stdout: Optional[TextIO] = None, stderr: Opti
     stdout.write(report(results, s["wide"]) + "\n")
     check_logs_whole((r.variant.tracked_name, r.log_failures) for r in results)
     return 0
+
+
+def check_measured(results: Sequence[Any]) -> None:
+    """After the runs, before the tables and outputs: a measured window in which no profile ran a pass (--duration 1e-9,
+    a trace served before the warm-up ended) has nothing to show; refused, naming the options that made it so, rather
+    than a table of zeros under 'Measured: 0 simulated s'. Whether a pass runs there depends on the arrivals, so it is
+    known only now (a warm-up as long as the run is refused before it)."""
+    if any(r.summary().passes for r in results):
+        return
+    r = results[0]
+    c = r.config
+    warm, end = plain(c.warmup_s), f"{r.end_s:.3g}"
+    if r.capped:  # the warm-up holds the first pass, so a run of none measured is one that ran out inside it
+        raise SimInputError(f"--passes {c.passes}: the run's passes ran out at {end} simulated s, none of them after the "
+                            f"{warm} s --warmup: nothing would be measured; raise --passes or shorten --warmup")
+    if r.drained_s is not None:  # a trace served in passes that all began inside the warm-up
+        raise SimInputError(f"--warmup {warm}: every request was served by {r.drained_s:.3g} simulated s, in passes that "
+                            "all began within the warm-up: nothing would be measured; shorten --warmup")
+    after = " after the --warmup" if c.warmup_s > 0 else ""
+    raise SimInputError(f"--duration {plain(c.duration_s)}: no pass ran in the measured window, {warm} to {end} simulated "
+                        f"s{after}: nothing would be measured; give a longer --duration"
+                        + (" or a shorter --warmup" if c.warmup_s > 0 else ""))
 
 
 def crosscheck_problem() -> Optional[str]:

@@ -64,6 +64,12 @@ def as_off_notes(runs: Iterable[tuple[str, Optional[str]]], config: SimConfig) -
             f"run{'' if len(labels) > 1 else 's'} as off does (--set {setting.split()[0]}=N for another interval)" for setting, labels in found.items()]
 
 
+def _measured(seconds: float) -> str:
+    """The measured window's seconds: whole from one second on (780), a short one as it is (0.0015, which ``.0f``
+    wrote as 0, an empty window's figure)."""
+    return f"{seconds:.0f}" if seconds >= 1 else f"{seconds:.2g}"
+
+
 def header(results: Sequence[RunResult]) -> str:
     r = results[0]
     c = r.config
@@ -93,7 +99,7 @@ def header(results: Sequence[RunResult]) -> str:
         "DP controller: " + ", ".join(dpc),
         f"Workload: {r.workload.describe()}{_drawn(r.workload, c)} (seed {c.seed})",
         f"Cost: {c.cost.describe()}",
-        f"Measured: {s.sim_seconds:.0f} simulated s per profile after a {c.warmup_s:g} s warm-up{_ended_early(results)}",
+        f"Measured: {_measured(s.sim_seconds)} simulated s per profile after a {c.warmup_s:g} s warm-up{_ended_early(results)}",
         *as_off_notes(((r.variant.label, r.variant.profile) for r in results), c),
     ]
     return "\n".join(lines)

@@ -729,3 +729,55 @@ def test_seeds_are_a_count_of_runs(capsys, suite, profiles, seeds, count):
 def test_a_seed_repeated_in_a_range_is_found_without_listing_the_range(capsys):
     assert cli(["simulate", "--suite", "default", "--seeds", "5,0-99999999999"]) == 2
     assert capsys.readouterr().err == "prefill-delayer simulate: --seeds: seed 5 is given twice in '5,0-99999999999'\n"
+
+
+POISSON_ONE = ["simulate", "--workload", "poisson", "--rate", "5", "--prompt-tokens", "100", "--output-tokens", "10",
+               "--dp-size", "2"]
+
+
+def test_a_run_with_no_pass_in_its_measured_window_is_refused_and_writes_nothing(tmp_path, capsys):
+    """--duration 1e-9 printed 'Measured: 0 simulated s', a table of zeros and an empty decisions table, exit 0:
+    no request arrives before the end. Known only once the arrivals are drawn, so after the run, before any output."""
+    out_json = tmp_path / "r.json"
+    assert cli([*POISSON_ONE, "--profile", "seed", "--duration", "1e-9", "--json", str(out_json)]) == 2
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", "prefill-delayer simulate: --duration 1e-09: no pass ran in the measured window, 0 to 1e-09 "
+                              "simulated s: nothing would be measured; give a longer --duration\n")
+    assert not out_json.exists()
+
+
+def test_a_trace_served_within_the_warm_up_is_refused(tmp_path, capsys):
+    trace = tmp_path / "one.csv"
+    trace.write_text("arrival,prompt_tokens,output_tokens\n0,100,3\n")
+    assert cli(["simulate", "--workload", "trace", "--trace", str(trace), "--warmup", "5", "--dp-size", "1",
+                "--profile", "off"]) == 2
+    err = capsys.readouterr().err
+    assert re.fullmatch(r"prefill-delayer simulate: --warmup 5: every request was served by 0\.\d+ simulated s, in "
+                        r"passes that all began within the warm-up: nothing would be measured; shorten --warmup\n", err), err
+
+
+def test_a_pass_cap_that_ends_the_run_before_the_window_s_first_pass_is_refused(capsys):
+    """The cap's end past the warm-up (so the runs' own check let it by), its last pass begun inside it."""
+    (first,) = simulate_cli([*POISSON_ONE, "--passes", "1", "--profile", "off"])
+    warmup = first.t0[0] + first.dt[0] / 2  # inside the one pass: it began before, it ends after
+    assert cli([*POISSON_ONE, "--passes", "1", "--profile", "off", "--warmup", repr(warmup)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("prefill-delayer simulate: --passes 1: the run's passes ran out at ") and err.endswith(
+        " s --warmup: nothing would be measured; raise --passes or shorten --warmup\n"), err
+
+
+def simulate_cli(argv: list[str]) -> list[Any]:
+    """The runs ``simulate`` would make for ``argv``."""
+    from prefill_delayer.sim.engine import simulate
+
+    config, variants, workload, _ = build(build_parser().parse_args(argv))
+    return simulate(config, variants, workload)
+
+
+def test_a_short_measured_window_is_said_as_it_is(capsys):
+    """One pass (a delayed one, 1.5 ms) was said as 'Measured: 0 simulated s', an empty window's figure."""
+    (r,) = simulate_cli([*POISSON_ONE, "--profile", "seed", "--passes", "1"])
+    assert cli([*POISSON_ONE, "--profile", "seed", "--passes", "1"]) == 0
+    out = capsys.readouterr().out
+    assert r.summary().passes == 1 and f"\nMeasured: {r.summary().sim_seconds:.2g} simulated s per profile" in out, out
+    assert "\nMeasured: 0.0015 simulated s per profile after a 0 s warm-up\n" in out, out
