@@ -143,10 +143,10 @@ class SimConfig:
         request) within SGLang's watchdog: a longer one is no deployment's, and a run of such passes draws millions
         of arrivals into each (each held in memory) and never gets far."""
         chunk, running, cost = self.chunked_prefill_size, self.max_running_requests, self.cost
-        longest = cost.pass_seconds([(chunk, running)] * self.dp_size)
+        work = [(chunk, running)] * self.dp_size
+        longest = cost.pass_seconds(work)
         if longest > WATCHDOG_S:
-            parts = {"floor_s": cost.floor_s, "attn_token_s": cost.attn_token_s * chunk,
-                     "attn_decode_s": cost.attn_decode_s * running, "moe_token_s": cost.moe_token_s * self.dp_size * (chunk + running)}
+            parts = cost.terms(work)
             most = max(parts, key=lambda name: parts[name])
             raise SimInputError(
                 f"a pass of {chunk} prefill tokens and {running} decoding requests on each of {self.dp_size} ranks "

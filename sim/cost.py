@@ -96,6 +96,14 @@ class CostModel:
         t = attn + self.moe_token_s * tokens
         return t if t > self.floor_s else self.floor_s
 
+    def terms(self, work: Sequence[tuple[int, int]]) -> dict[str, float]:
+        """``pass_seconds``'s forward term by term, by coefficient (the slowest rank's attention, the MoE over every
+        rank's tokens, the floor): which coefficient makes a pass long, for a message naming the option to change."""
+        attn_token_s, attn_decode_s = self.attn_token_s, self.attn_decode_s
+        prefill, decode = max(work, key=lambda w: attn_token_s * w[0] + attn_decode_s * w[1])
+        return {"floor_s": self.floor_s, "attn_token_s": attn_token_s * prefill, "attn_decode_s": attn_decode_s * decode,
+                "moe_token_s": self.moe_token_s * sum(p + d for p, d in work)}
+
     def shortest_forward_s(self) -> float:
         """The shortest pass with a forward (one token's, or the floor): how often a scheduler can admit at most."""
         return min(t for t in (self.pass_seconds([(1, 0)]), self.pass_seconds([(0, 1)])) if t > 0)
