@@ -13,7 +13,9 @@ def add_arguments(replay: argparse.ArgumentParser) -> None:
 
 def options_problem(args: Any) -> Optional[str]:
     if not args.trace:  # an empty name would open the current folder
-        return "TRACE needs a file name, got an empty string"
+        from ..files import empty_name
+
+        return empty_name("TRACE")
     return None  # the trace itself is checked when it is read
 
 

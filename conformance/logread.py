@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Optional, Sequence
 
+from ..files import empty_name
 from ..runtime.envelope import Envelope
 from ..runtime.reduce import envelope_for
 from ..spec.config import Config
@@ -416,7 +417,7 @@ def refuse_empty(paths: Sequence[str], what: str) -> None:
     """An empty path, before any path is read: ``Path("")`` is the current folder, whose logs were checked unasked.
     Refused as an output option's empty name is; ``what`` is what a ``PATH`` names."""
     if any(os.fspath(p) == "" for p in paths):
-        raise LogError(f"PATH needs {what} name, got an empty string")
+        raise LogError(empty_name("PATH", what))
 
 
 def expand(paths: Sequence[str]) -> list[Path]:

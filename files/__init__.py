@@ -194,10 +194,16 @@ class Outputs:
         staged.commit()
 
 
+def empty_name(option: str, what: str = "a file") -> str:
+    """The one wording of an empty name, given to an output or an input option alike: it would mean the current
+    folder, or, once, "write nothing", silently."""
+    return f"{option} needs {what} name, got an empty string"
+
+
 def _file_output_problem(out: _Output) -> Optional[str]:
     opt, value = out.option, out.value
     if value == "":
-        return f"{opt} needs a file name, got an empty string"
+        return empty_name(opt)
     if value == "-":  # not standard output: the command's report is there, and the two would be one stream
         return (f"{opt} -: {opt} writes a file, not standard output, which has the command's own report; "
                 "name the file (./- for one called -)")
@@ -229,7 +235,7 @@ def _file_output_problem(out: _Output) -> Optional[str]:
 def _folder_output_problem(out: _Output) -> Optional[str]:
     opt, value = out.option, out.value
     if value == "":
-        return f"{opt} needs a folder name, got an empty string"
+        return empty_name(opt, "a folder")
     real = out.real
     if os.path.exists(real) and not os.path.isdir(real):
         kind = _kind(os.stat(real).st_mode)

@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any, Iterable, Iterator, Optional, Sequence, TextIO
 
-from ..files import Outputs
+from ..files import Outputs, empty_name
 from ..runtime.core import crosscheck_on
 from ..runtime.decision_log import DECISION_LOG_ENV, options_from
 from ..spec.config import in_setting_words, plain
@@ -241,6 +241,8 @@ def _workload(s: dict[str, Any], given: set[str], config: SimConfig) -> Workload
     if missing:
         raise SimInputError(f"--workload {kind} needs {', '.join(missing)}")
     if kind == "trace":
+        if not s["trace"]:  # an empty name: the trace reader would say so, but not name the option
+            raise SimInputError(empty_name("--trace"))
         main: Workload = load_trace(s["trace"])
     else:
         prompt = Lengths.parse(s["prompt_tokens"], "--prompt-tokens")

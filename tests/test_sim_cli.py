@@ -223,6 +223,12 @@ def test_bad_input_is_one_line_and_exit_2(capsys, extra, message):
     assert not re.search(r"(?<!--set )\b[a-z]+_[a-z_]+=", err), err
 
 
+def test_an_empty_trace_name_is_refused_naming_the_option(capsys):
+    """``--trace ""`` is refused as an empty output name is, naming the option (the reader's own line began ': ')."""
+    assert cli(["simulate", "--workload", "trace", "--trace", ""]) == 2
+    assert capsys.readouterr().err == "prefill-delayer simulate: --trace needs a file name, got an empty string\n"
+
+
 def test_malformed_trace_names_file_and_line(tmp_path, capsys):
     path = _bad_trace(tmp_path)
     assert cli(["simulate", "--workload", "trace", "--trace", path]) == 2
