@@ -187,14 +187,13 @@ def violated_text(v: dict[str, Any]) -> str:
     n, listed, passes, rank_passes = v["violations"], v["listed"], v["passes"], v["rank_passes"]
     parts = [_plural(passes, "pass")] + ([_plural(rank_passes, "rank-pass")] if rank_passes is not None else [])
     notes = []
-    if not listed:
-        head = f"VIOLATED {_plural(n, 'time')}"
-    elif listed < n:
-        head = f"VIOLATED {_plural(n, 'time')}"
-        notes.append(f"the {listed} --json lists: on {', '.join(parts)}")
-    else:
+    if listed and listed >= n:
         head = f"VIOLATED on {parts[0]}"
         notes += parts[1:] + ([_plural(n, "violation")] if n != (rank_passes if rank_passes is not None else passes) else [])
+    else:  # none listed, or more than the report keeps: the count, and what the listed part covers
+        head = f"VIOLATED {_plural(n, 'time')}"
+        if listed:
+            notes.append(f"the {listed} --json lists: on {', '.join(parts)}")
     if v["known_defect"]:
         notes.append(f"a known defect of profile {', '.join(v['profiles'])}: prove refutes it")
     return head + (f" ({'; '.join(notes)})" if notes else "")
