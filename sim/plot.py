@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Hashable, Iterator, Sequence, TypeVar
 
+from ..files import write_failed
 from .errors import SimInputError
 from .result import NO_REASON, OFF_REASON, RunResult
 
@@ -240,8 +241,8 @@ def plot(results: Sequence[RunResult], path: str, title: str = "", dpi: int = 72
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             fig.savefig(path, dpi=dpi)
             _shrink(path)
-        except OSError as exc:
-            raise SimInputError(f"--plot {path}: {exc.strerror or exc}") from None
+        except OSError as exc:  # a full disk: worded as every output's failed write, naming --plot and its file
+            raise SimInputError(str(write_failed(f"--plot {path}", exc))) from None
         finally:
             plt.close(fig)
 

@@ -528,6 +528,22 @@ def test_check_log_plot_on_a_full_disk_is_named_and_leaves_nothing(seed_logs: Pa
     assert report.read_text() == '{"old": true}\n' and tree(tmp_path) == ["r.json"]
 
 
+@pytest.mark.skipif(not HAVE_MATPLOTLIB, reason="--plot needs matplotlib")
+@pytest.mark.parametrize("room", [0, 10_000])
+def test_simulate_plot_on_a_full_disk_is_named_as_every_failed_write_and_leaves_nothing(monkeypatch: pytest.MonkeyPatch,
+                                                                                        tmp_path: Path, room: int) -> None:
+    """It said ``--plot FILE: No space left on device``, where every other output says ``cannot write it`` (the
+    wording of ``files.write_failed``). An output already there stays whole."""
+    report = tmp_path / "s.json"
+    report.write_text('{"old": true}\n')
+    plot = tmp_path / "p" / "s.png"
+    with full_disk(monkeypatch, plot.parent, room):
+        err = refused([*SIM, "--json", str(report), "--plot", str(plot)])
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    assert err == f"prefill-delayer simulate: {files.write_failed(f'--plot {plot}', full)}\n"
+    assert report.read_text() == '{"old": true}\n' and tree(tmp_path) == ["s.json"]
+
+
 # ----- the module itself --------------------------------------------------------------------------------
 
 
