@@ -40,12 +40,12 @@ from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
-from ..files import OutputError, write_failed
+from ..files import OutputError, Outputs, write_failed
 from ..spec.config import Config
 from ..spec.schema import KIND_HEADER, MODE_COMPACT
 from .checks import Finding, LogStats, Report, Session, divergence_is_no_known_defect
 from .desync import REFUSED
-from .logread import DIGEST_TOOL, ZIP_MAGIC, FailRec, LogError, RankLog, _is_count, _show, _type_name, refuse_empty
+from .logread import DIGEST_TOOL, ZIP_MAGIC, FailRec, LogError, RankLog, _is_count, _show, _type_name, expand, refuse_empty
 from .stream import CHUNK_RECORDS, MIN_CHUNK_PASSES, ChunkOut, CrossCols, Stitcher, _model, cross_check
 
 # 2: the fail records with their place and, for refused collectives, their message; the stamp as an offset
@@ -369,19 +369,24 @@ class DigestWriter:
             os.replace(self.tmp, self.path)
 
 
-def node_digest(paths: list[str], out: str, **options: Any) -> dict[str, Any]:
+def node_digest(paths: list[str], out: "str | os.PathLike[str]", **options: Any) -> dict[str, Any]:
     """The per-node step of a fleet check: check-log over this node's logs, writing its digest to ``out``.
 
     A plain function (paths in, a file and the node's JSON report out), so any
     engine that maps functions over nodes can run it: ``ray.get([ray.remote(node_digest).options(...)...])``
     or ``dask.distributed.Client.map``; then ``check-log --merge`` the digests.
+    ``out`` is written as ``check-log --digest`` writes it (``files.Outputs``, errors naming it ``out``): never over
+    one of the logs, a file replaced keeping its mode, a symlink's target replaced, nothing left after a failure.
     """
     from . import check_logs
 
     if isinstance(paths, (str, os.PathLike)):  # a str is a sequence too: its characters were read as paths
         raise TypeError(f"paths: a list of this node's log files or folders, got {type(paths).__name__} {str(paths)!r}: "
                         f"pass [{str(paths)!r}]")
-    _, data, _ = check_logs(paths, digest=out, **options)
+    target = os.fspath(out)
+    with Outputs([*paths, *expand(paths)]).file("out", target).writing() as staged:
+        writer = DigestWriter(staged.path("out"), name=f"out {target}", staged=True)
+        _, data, _ = check_logs(paths, digest=writer, **options)
     return data
 
 

@@ -5,7 +5,9 @@ given to the other step or missing, named in one line."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 import struct
 import zipfile
 from pathlib import Path
@@ -150,21 +152,54 @@ def test_node_digest_the_plain_function_is_the_node_step(logs: Path, tmp_path: P
 
 
 def test_node_digest_misuse_is_a_clear_error_and_leaves_nothing(logs: Path, tmp_path: Path) -> None:
-    """A str for ``paths`` walked its characters ('/: no decision logs in this folder'); an output in a missing
-    folder raised FileNotFoundError naming the temporary; a failed check left that temporary behind."""
+    """A str for ``paths`` walked its characters ('/: no decision logs in this folder'); a failed check left the
+    digest's temporary behind. A folder made for the digest goes too."""
     from prefill_delayer.conformance.digest import node_digest
     from prefill_delayer.conformance.logread import LogError
 
     with pytest.raises(TypeError, match=r"paths: a list of this node's log files or folders, got str .*: pass \["):
         node_digest(str(logs), str(tmp_path / "n.digest"))
-    missing = tmp_path / "no" / "n.digest"
-    with pytest.raises(LogError, match=f"^{missing}: cannot write the digest there: No such file or directory$"):
-        node_digest([str(logs)], str(missing))
     out = tmp_path / "out"
     out.mkdir()
     with pytest.raises(LogError):
-        node_digest([str(tmp_path / "nothing-here")], str(out / "n.digest"))
+        node_digest([str(tmp_path / "nothing-here")], str(out / "new" / "n.digest"))
     assert list(out.iterdir()) == []
+
+
+def test_node_digest_writes_its_file_as_check_log_digest_does(logs: Path, tmp_path: Path) -> None:
+    """It wrote ``out`` by a rename of its own: a file it replaced got the umask's mode (0o644 where it was 0o640), a
+    symlink was replaced by the digest (the file it pointed at left as it was), a log of its ``paths`` was replaced by
+    the digest, a missing folder was 'No such file or directory' and '' a ValueError; now as check-log --digest
+    writes it (``files.Outputs``), its errors naming the parameter ``out``."""
+    from prefill_delayer.conformance.digest import node_digest
+    from prefill_delayer.files import OutputError
+
+    (node,) = _nodes(tmp_path, logs, [[1, 3]])
+    kept = tmp_path / "kept.digest"
+    kept.write_text("an earlier digest")
+    kept.chmod(0o640)
+    umask = os.umask(0o022)  # a new file would be 0o644
+    try:
+        node_digest([str(node)], str(kept))
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o640 and zipfile.is_zipfile(kept)
+    target = tmp_path / "target.digest"
+    target.write_text("an earlier digest")
+    link = tmp_path / "link.digest"
+    link.symlink_to(target)
+    node_digest([str(node)], str(link))
+    assert link.is_symlink() and zipfile.is_zipfile(target)
+    made = tmp_path / "new" / "n.digest"
+    node_digest([str(node)], str(made))
+    assert zipfile.is_zipfile(made)
+    log = node / "rank1.jsonl"
+    before = log.read_bytes()
+    with pytest.raises(OutputError, match=f"^out {log} is an input file of this command"):
+        node_digest([str(node)], str(log))
+    assert log.read_bytes() == before
+    with pytest.raises(OutputError, match="^out needs a file name, got an empty string$"):
+        node_digest([str(node)], "")
 
 
 # ----- each step's files, given to the other step --------------------------------------------------

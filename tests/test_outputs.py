@@ -485,13 +485,14 @@ def test_check_log_digest_on_a_full_disk_is_named_and_leaves_nothing(seed_logs: 
 
 def test_node_digest_on_a_full_disk_is_named_and_leaves_nothing(seed_logs: Path, monkeypatch: pytest.MonkeyPatch,
                                                                 tmp_path: Path) -> None:
-    """The plain function's digest, written beside its target and renamed: the error names the file it was asked for."""
+    """The plain function's digest, written beside its target and renamed: the error names the file it was asked for,
+    by the parameter that named it."""
     from prefill_delayer.conformance.digest import node_digest
 
     digest = tmp_path / "n.digest"
     with full_disk(monkeypatch, tmp_path, 0), pytest.raises(files.OutputError) as caught:
         node_digest([str(seed_logs)], str(digest))
-    assert str(caught.value) == f"{digest}: cannot write it: No space left on device"
+    assert str(caught.value) == f"out {digest}: cannot write it: No space left on device"
     assert tree(tmp_path) == []
 
 
