@@ -137,7 +137,7 @@ def main(args: Any) -> int:
                 if args.digest is not None:
                     from ..conformance.digest import DigestWriter
 
-                    digest = DigestWriter(out.path("--digest"), name=f"--digest {args.digest}", staged=True)
+                    digest = DigestWriter(out.path("--digest"), name=f"--digest {args.digest}")
                 report, data, written = check_logs(args.paths, own_profile=args.own_profile, traces=args.traces,
                                                    exact=args.exact, sample=args.sample, jobs=args.jobs,
                                                    plot=args.plot is not None, progress=progress, digest=digest,

@@ -10,32 +10,26 @@ None of it needs z3 or torch; only the plot needs matplotlib.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 if TYPE_CHECKING:
-    import os
-
     from .digest import DigestWriter
 
 
 def check_logs(paths: list[str], *, own_profile: bool = False, traces: Optional[str] = None, exact: bool = False,
                sample: Optional[float] = None, jobs: Optional[int] = None, plot: bool = False,
-               progress: Any = None, digest: Union[str, os.PathLike[str], DigestWriter, None] = None,
+               progress: Any = None, digest: Optional[DigestWriter] = None,
                write: Optional[Callable[[Any, str], str]] = None) -> tuple[Any, dict[str, Any], Optional[list]]:
     """(report, JSON data, trace entries); ``LogError`` for input that cannot be checked.
 
     ``write(path, text) -> path written`` writes each trace (the command stages them with its other outputs).
-    ``digest``: where this node's digest goes, or the ``DigestWriter`` that writes it (the command's, which names
-    the digest by its option and writes it as one of its staged outputs).
+    ``digest``: the ``DigestWriter`` that writes this node's digest as one of its caller's staged outputs
+    (``check-log --digest``'s, or ``digest.node_digest``'s for a plain path).
     """
     from .stream import DEFAULT_SAMPLE, check_stream
     from .summary import summary_data
 
-    writer = None
-    if digest is not None:
-        from .digest import DigestWriter
-
-        writer = digest if isinstance(digest, DigestWriter) else DigestWriter(digest)
+    writer = digest
     try:
         report, empty, timelines = check_stream(paths, own_profile=own_profile, exact=exact,
                                                 sample=DEFAULT_SAMPLE if sample is None else sample, jobs=jobs,

@@ -288,16 +288,15 @@ class DigestWriter:
     """A node's digest, written as check-log goes (``keep`` of ``stream.check_stream``) and closed with its report.
 
     ``name``: the digest as a failed write names it (the command's option and the file the user gave; else ``path``):
-    a full disk's ``[Errno 28] No space left on device`` alone names no file. ``staged``: ``path`` is already a
-    temporary its caller renames into place with its other outputs (``files.Staged``), so it is written as it is,
-    keeping the mode the caller gave it; else the digest is written beside ``path`` and renamed into place when whole.
+    a full disk's ``[Errno 28] No space left on device`` alone names no file. ``path`` is the temporary that its
+    caller (``files.Outputs``, as ``check-log --digest`` and ``node_digest`` use it) renames into place with its
+    other outputs, keeping a replaced file's mode and a link's target, so it is written as it is: one way of
+    writing a digest, not a rename of its own beside it.
     """
 
-    def __init__(self, path: "str | os.PathLike[str]", name: Optional[str] = None, staged: bool = False) -> None:
-        self.path = Path(path)
-        self.name = os.fspath(path) if name is None else name
-        self.staged = staged
-        self.tmp = self.path if staged else self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+    def __init__(self, path: "str | os.PathLike[str]", name: str) -> None:
+        self.tmp = Path(path)
+        self.name = name
         try:
             self.zip = zipfile.ZipFile(self.tmp, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1)
         except OSError as exc:  # named as the caller named it, not as the temporary beside it
@@ -365,8 +364,6 @@ class DigestWriter:
                 "checked": report.checked["conformance"], "refired": report.refired}
         self.zip.writestr("meta.json", json.dumps(meta))
         self.zip.close()
-        if not self.staged:
-            os.replace(self.tmp, self.path)
 
 
 def node_digest(paths: list[str], out: "str | os.PathLike[str]", **options: Any) -> dict[str, Any]:
@@ -385,7 +382,7 @@ def node_digest(paths: list[str], out: "str | os.PathLike[str]", **options: Any)
                         f"pass [{str(paths)!r}]")
     target = os.fspath(out)
     with Outputs([*paths, *expand(paths)]).file("out", target).writing() as staged:
-        writer = DigestWriter(staged.path("out"), name=f"out {target}", staged=True)
+        writer = DigestWriter(staged.path("out"), name=f"out {target}")
         _, data, _ = check_logs(paths, digest=writer, **options)
     return data
 
