@@ -354,7 +354,11 @@ def negotiate(self, {params}):
         raise failure from err
     try:
         if gather_flat is None:
-            if len(flat) != self._world_size or any(map(({n}).__ne__, map(len, flat))):  # a row's length, lazily
+            try:  # a row's length, lazily
+                shaped = len(flat) == self._world_size and not any(map(({n}).__ne__, map(len, flat)))
+            except TypeError:  # no rows came back (None, a number): ensure_rows says what did
+                shaped = False
+            if not shaped:
                 _ensure_rows(flat, self.envelope, pass_number, self._group)  # raises, saying what came back
             flat = list(_chain(flat))
         # Every rank's row carries this configuration's fingerprint, this pass's stamp and no error: the
@@ -385,7 +389,7 @@ def negotiate(self, {params}):
 
 
 _PASS_LOCALS = frozenset({"self", "step", "state", "pass_number", "problems", "clock_error", "now", "err", "problem", "row", "stamp",
-                          "gather_flat", "flat", "failure", "decision", "log"})
+                          "gather_flat", "flat", "failure", "decision", "log", "shaped"})
 
 
 @functools.lru_cache(maxsize=None)

@@ -26,14 +26,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 from typing import Any, NamedTuple, NoReturn, Optional, Sequence
 
 from ..spec.errors import PassInputError
 from ..spec.inputs import checks_of
-from .errors import CollectiveError, ConfigMismatchError, DesyncError, PeerInputError
-from .failure_detail import Exchange, bad_values_text, config_row, differing_fields, exchanged, row_texts, text_row
+from .errors import CollectiveError, ConfigMismatchError, DesyncError, PeerInputError, _ranks, shown
+from .failure_detail import (Exchange, bad_values_text, config_row, differing_fields, exchanged, row_texts, text_room, text_row,
+                             told)
 
 FIELDS = ("input_error", "config_fingerprint", "pass_stamp")
+# Who answers a rejected pass's detail round with a row that is no detail row (``runtime.failure_detail``).
+_OTHER_SENDER = "a rank of another build of this package, or another collective on the group"
 
 PASS_BITS = 40
 PASS_MASK = (1 << PASS_BITS) - 1
@@ -134,6 +138,22 @@ class Envelope:
             and flat[self.f_fingerprint::n].count(self.fingerprint) == self.world_size
         )
 
+    def _ints(self, flat: Sequence[Any], pass_number: int, group: str) -> list[int]:
+        """The gathered values as ints (numpy's and torch's integer scalars are); ``CollectiveError`` naming the rank and
+        field of the first that is none (a custom gather that returned floats, say), never a ``TypeError`` later."""
+        out = []
+        for i, x in enumerate(flat):
+            try:
+                out.append(operator.index(x))
+            except TypeError:
+                rank, field = divmod(i, self.row_len)
+                raise CollectiveError(
+                    f"pass {pass_number}: all-gather over {group} returned {shown(x)} as rank {rank}'s "
+                    f"{self.row_fields[field]}, where a row holds ints (int64): a gather returns the rows as it was "
+                    "given them", pass_number=pass_number, group=group,
+                ) from None
+        return out
+
     def reject(
         self, flat: Sequence[int], pass_number: int, group: str, problems: list[tuple[str, str]],
         clock_error: Optional[BaseException] = None, exchange: Optional[Exchange] = None,
@@ -153,7 +173,7 @@ class Envelope:
                 pass_number=pass_number,
                 group=group,
             )
-        rows = self.rows(flat)
+        rows = self.rows(self._ints(flat, pass_number, group))
         stamps = [r[self.f_stamp] for r in rows]
         foreign = [rank for rank, s in enumerate(stamps) if s >> TAG_SHIFT != self.tag or s < 0]
         if foreign:
@@ -164,7 +184,13 @@ class Envelope:
         fingerprints = {rank: r[self.f_fingerprint] for rank, r in enumerate(rows)}
         if len(set(fingerprints.values())) > 1:
             hashes, detail = exchanged(exchange, config_row(self.config, self.row_len), self.world_size, self.row_len)
-            differing = differing_fields(self.config, hashes, self.row_len) if hashes is not None else []
+            differing: list[str] = []
+            if hashes is not None:
+                silent = [rank for rank, ok in enumerate(told(hashes, self.row_len)) if not ok]
+                if silent:  # its fields are unknown: any of them may be the one that differs
+                    detail = f"{_ranks(silent)} sent no field hashes when asked for them ({_OTHER_SENDER})"
+                else:
+                    differing = differing_fields(self.config, hashes, self.row_len)
             raise ConfigMismatchError(pass_number=pass_number, fingerprints=fingerprints, local_config=self.config.as_dict(),
                                       differing=differing, detail=detail)
         if len(set(stamps)) > 1:
@@ -186,8 +212,15 @@ class Envelope:
         if local is not None and clock_error is not None:
             local.__cause__ = clock_error
         if bad:
-            texts, detail = exchanged(exchange, text_row(bad_values_text(problems), self.row_len), self.world_size, self.row_len)
-            values = {rank: t for rank, t in enumerate(row_texts(texts, self.row_len)) if t and rank in bad} if texts else {}
+            mine = text_row(bad_values_text(problems, text_room(self.row_len)), self.row_len)
+            texts, detail = exchanged(exchange, mine, self.world_size, self.row_len)
+            values: dict[int, str] = {}
+            if texts is not None:
+                read = row_texts(texts, self.row_len)
+                values = {rank: t for rank, t in enumerate(read) if t and rank in bad}
+                garbled = [rank for rank in bad if read[rank] is None]
+                if garbled:
+                    detail = f"{_ranks(garbled)} sent no text when asked for them ({_OTHER_SENDER})"
             raise PeerInputError(pass_number=pass_number, bad_fields=bad, bad_values=values, detail=detail) from local
         if local is not None:  # the gather dropped our error mask: still refuse the pass
             raise local
@@ -202,14 +235,27 @@ class Envelope:
 
 
 def ensure_rows(rows: Sequence[Sequence[int]], envelope: Envelope, pass_number: int, group: str) -> list[int]:
-    """A custom gather's rows, concatenated, after checking their shape."""
-    n = envelope.row_len
-    if len(rows) != envelope.world_size or any(len(r) != n for r in rows):
-        lengths = sorted({len(r) for r in rows})
-        raise CollectiveError(
-            f"pass {pass_number}: all-gather over {group} returned {len(rows)} rows of lengths {lengths}, "
-            f"expected {envelope.world_size} rows of {n}",
-            pass_number=pass_number,
-            group=group,
-        )
+    """A custom gather's rows, concatenated, after checking their shape; ``CollectiveError`` naming the rank whose
+    row is not one (its length, or what came back in its place)."""
+    n, world = envelope.row_len, envelope.world_size
+    head = f"pass {pass_number}: all-gather over {group} returned"
+    try:
+        count = len(rows)
+    except TypeError:
+        raise CollectiveError(f"{head} {shown(rows)}, expected a list of {world} rows of {n} ints, one per rank",
+                              pass_number=pass_number, group=group) from None
+    if count != world:
+        raise CollectiveError(f"{head} {count} row{'' if count == 1 else 's'}, expected {world} rows of {n} values, one per rank",
+                              pass_number=pass_number, group=group)
+    wrong = []
+    for rank, r in enumerate(rows):
+        try:
+            if len(r) != n:
+                wrong.append(f"{len(r)} values from rank {rank}")
+        except TypeError:
+            wrong.append(f"{shown(r)} from rank {rank}")
+    if wrong:
+        raise CollectiveError(f"{head} {', '.join(wrong)}, expected a row of {n} values from each rank",
+                              pass_number=pass_number, group=group)
     return [x for r in rows for x in r]
+

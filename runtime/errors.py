@@ -8,6 +8,7 @@ left waiting in a collective the others abandoned.
 
 from __future__ import annotations
 
+import reprlib
 from typing import Mapping, Optional, Sequence
 
 from ..spec.errors import ConfigError, PassInputError, PrefillDelayerError
@@ -26,6 +27,12 @@ class _Picklable:
 
     def __reduce__(self) -> tuple:
         return (_rebuild, (type(self), self.args, self.__dict__))  # type: ignore[attr-defined]
+
+
+def shown(value: object) -> str:
+    """A value that came back in place of what a collective returns, in a message: its type and a short repr, on one
+    line (never a dump of a row or a tensor)."""
+    return f"{type(value).__name__} {' '.join(reprlib.repr(value).split())}"
 
 
 def _ranks(ranks: Sequence[int]) -> str:
@@ -92,7 +99,7 @@ class PeerInputError(_Picklable, PassInputError):
                  bad_values: Optional[Mapping[int, str]] = None, detail: str = "") -> None:
         values = dict(bad_values or {})
         parts = "; ".join(f"rank {rank}: {values.get(rank) or ', '.join(fields)}" for rank, fields in bad_fields.items())
-        unknown = f"; the values are unknown: {detail}" if detail and not values else ""
+        unknown = f"; the values are unknown: {detail}" if detail and set(bad_fields) - set(values) else ""
         super().__init__(f"pass {pass_number}: invalid negotiate input on {_ranks(list(bad_fields))} ({parts}){unknown}")
         self.pass_number = pass_number
         self.bad_fields = {rank: tuple(fields) for rank, fields in bad_fields.items()}

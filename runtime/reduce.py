@@ -36,6 +36,7 @@ import ctypes
 import functools
 import logging
 import math
+import operator
 from typing import Any, Callable, NoReturn, Optional, Sequence
 
 from ..spec.errors import ConfigError, PassInputError
@@ -43,7 +44,7 @@ from ..spec.fields import SECONDS, clock_problem, quick_test
 from ..spec.inputs import CLOCK, checks_of
 from ..spec.policy import ALL_GATHER, ALL_REDUCE_MAX, ALL_REDUCE_SUM
 from .core import CollectiveError, PolicyCore
-from .errors import ConfigMismatchError, PeerInputError
+from .errors import ConfigMismatchError, PeerInputError, shown
 from .gather import collective_group, import_torch
 
 logger = logging.getLogger(__name__)
@@ -133,6 +134,14 @@ class ReduceEnvelope:
                 f"pass {pass_number}: all-reduce over {group} returned {len(reduced)} values, expected {self.row_len}",
                 pass_number=pass_number, group=group,
             )
+        for name, x in zip(self.row_fields, reduced):
+            try:
+                operator.index(x)
+            except TypeError:  # a custom collective's floats, say: said here, never a TypeError below
+                raise CollectiveError(
+                    f"pass {pass_number}: all-reduce over {group} returned {shown(x)} as {name}, where the "
+                    "row holds ints (int64)", pass_number=pass_number, group=group,
+                ) from None
         env = list(reduced[self.n_policy:])
         same, spread = self._same_fingerprints(env)
         if not same:
@@ -156,8 +165,10 @@ class ReduceEnvelope:
             raise _several_bad(pass_number, count, dict(zip(self.fields, flags)), self.op) from local
         if local is not None:  # the collective lost our error: still refuse the pass
             raise local
+        off = ", ".join(f"{name} {got} where valid rows give {want}"
+                        for name, got, want in zip(self.env_fields, env, self.clean_tail) if got != want)
         raise CollectiveError(
-            f"pass {pass_number}: all-reduce over {group} returned an envelope no set of valid rows gives ({env})",
+            f"pass {pass_number}: all-reduce over {group} returned an envelope no set of valid rows gives: {off}",
             pass_number=pass_number, group=group,
         )
 

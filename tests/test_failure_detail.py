@@ -13,6 +13,7 @@ import pytest
 from prefill_delayer.runtime import ConfigMismatchError, PeerInputError, PrefillDelayer, run_ranks
 from prefill_delayer.runtime.failure_detail import row_texts, text_row
 from prefill_delayer.runtime.server_args import ServerArgs
+from prefill_delayer.spec.fields import MAX_COUNT
 from runtime_harness import results, spawn_gloo
 
 SA = {"enable_dp_attention": True}
@@ -57,8 +58,10 @@ def test_a_peer_input_error_names_every_bad_value_on_every_rank() -> None:
 
     outs = run_ranks(3, body)
     assert len({o[0] for o in outs}) == 1
-    assert outs[0][0] == "pass 1: invalid negotiate input on ranks 1, 2 (rank 1: token_usage=nan, running_batch=-1; rank 2: waiting_queue_len=-7)"
-    assert outs[0][1] == {1: "token_usage=nan, running_batch=-1", 2: "waiting_queue_len=-7"}
+    # rank 2's one value with what it expected; rank 1's two values, whose expectations would not fit its row
+    one = f"waiting_queue_len=-7 (expected 0 <= value <= {MAX_COUNT})"
+    assert outs[0][0] == f"pass 1: invalid negotiate input on ranks 1, 2 (rank 1: token_usage=nan, running_batch=-1; rank 2: {one})"
+    assert outs[0][1] == {1: "token_usage=nan, running_batch=-1", 2: one}
 
 
 def test_without_the_second_row_the_message_says_what_is_unknown() -> None:
@@ -114,5 +117,5 @@ def test_the_detail_over_real_gloo_ranks() -> None:
     outs = results(spawn_gloo(2, _over_gloo))
     assert outs[0] == outs[1]
     assert "they differ in max_delay_passes" in outs[0]["mismatch"]
-    assert outs[0]["bad"] == "pass 1: invalid negotiate input on rank 1 (rank 1: waiting_queue_len=-3)"
+    assert outs[0]["bad"] == f"pass 1: invalid negotiate input on rank 1 (rank 1: waiting_queue_len=-3 (expected 0 <= value <= {MAX_COUNT}))"
     assert outs[0]["after"] == "no_wait"
