@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Optional, Sequence, Union
 
-from ..spec.config import Config
+from ..spec.config import Config, parse_setting
 from ..spec.errors import ConfigError
 from ..spec.fields import BOOL, CONTROL, COUNT, OPT_SECONDS, REASON, SECONDS, TEXT, USAGE
 from ..spec.policy import ALL_GATHER
@@ -142,15 +142,18 @@ class DecisionLogOptions:
 
 
 def _env_int(name: str, default: int, scale: int = 1) -> int:
+    """A whole-number variable, read as every setting is (``spec.config.parse_setting``: no ``7_5``, which ``int``
+    reads as 75)."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default * scale
     try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if value < 1 and not (name == KEEP_ENV and value == 0):
-        raise ConfigError(f"{name}={raw!r}: expected a whole number >= {0 if name == KEEP_ENV else 1}")
+        value = parse_setting(f"{name}={raw}")[1]
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    low = 0 if name == KEEP_ENV else 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"{name}={raw!r}: expected a whole number >= {low}")
     return value * scale
 
 

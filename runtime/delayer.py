@@ -24,6 +24,7 @@ from .core import CROSSCHECK_ENV, PolicyCore
 from .envelope import Envelope
 from .gather import Collective, default_gather
 from .metrics import record_single_pass_result
+from .server_args import server_arg
 
 __all__ = ["CROSSCHECK_ENV", "PrefillDelayer", "PrefillDelayerSinglePassExecutor", "check_params", "host_config",
            "own_params"]
@@ -52,11 +53,11 @@ def host_config(profile: str, server_args: Any, dp_size: int, attn_tp_size: int,
     values: dict[str, Any] = {"dp_size": dp_size, "attn_tp_size": attn_tp_size, "attn_cp_size": attn_cp_size, "profile": profile}
     for p in policy.params:
         if p.server_arg is not None:
-            values[p.name] = getattr(server_args, p.server_arg)
+            values[p.name] = server_arg(server_args, p.server_arg, f"profile {profile!r}")
     for name, value in (("max_delay_passes", max_delay_passes), ("token_usage_low_watermark", token_usage_low_watermark)):
         if name in names:
             values[name] = value
-    values.update(check_params(profile, params or {}))
+    values.update(check_params(profile, params if params is not None else {}))
     return policy.config_cls(**values)
 
 
@@ -75,6 +76,9 @@ def check_params(profile: str, params: Mapping[str, Any]) -> dict[str, Any]:
     """``params`` if each is one of ``own_params(profile)`` with a valid value; ``ConfigError`` naming the first that
     is not, and the ones that may be set."""
     own = {p.name: p for p in own_params(profile)}
+    if not isinstance(params, Mapping):
+        raise ConfigError(f"params must map the profile's parameter names to values ({{'quorum_percent': 75}}, say), "
+                          f"got {type(params).__name__} {params!r}")
     for name, value in params.items():
         param = own.get(name)
         if param is None:
@@ -134,6 +138,9 @@ class PrefillDelayer:
     ) -> None:
         self.config = c = host_config(profile, server_args, dp_size, attn_tp_size, attn_cp_size, max_delay_passes,
                                       token_usage_low_watermark, params)
+        if not isinstance(debug_log_enabled, bool):  # the string 'false' would turn the debug lines on
+            raise ConfigError(f"debug_log_enabled must be a bool, got {type(debug_log_enabled).__name__} {debug_log_enabled!r}")
+        _metrics.check_collector(metrics_collector)
         self.policy = c.policy
         self.host = self.policy.host
         # The seed's attribute names, for code and tests that read them.

@@ -28,8 +28,9 @@ class InProcessGroup:
     def __init__(self, world_size: int, timeout_s: float = 10.0) -> None:
         if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
             raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
-        if not timeout_s > 0:
-            raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
+        # A bound the barrier can wait (``threading.TIMEOUT_MAX``): inf was taken, then overflowed in the first gather.
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s <= threading.TIMEOUT_MAX:
+            raise ValueError(f"timeout_s must be a number of seconds in (0, {threading.TIMEOUT_MAX:g}], got {timeout_s!r}")
         self.world_size = world_size
         self.timeout_s = float(timeout_s)
         self._barrier = threading.Barrier(world_size, timeout=self.timeout_s)

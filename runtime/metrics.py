@@ -14,6 +14,7 @@ import logging
 import threading
 from typing import Any, Iterable, Mapping, Optional
 
+from ..spec.errors import ConfigError
 from .server_args import DEBUG_LOG_ENV, get_bool_env_var
 
 logger = logging.getLogger(__name__)
@@ -127,6 +128,18 @@ class PrometheusPrefillDelayerMetrics:
                 actual_execution=str(bool(actual_execution)).lower(),
             )
         child.inc(1)
+
+
+OBSERVE = "observe_prefill_delayer_outcome"  # what a metrics collector has (SGLang's SchedulerMetricsCollector does)
+
+
+def check_collector(metrics_collector: Any) -> None:
+    """``ConfigError`` for a ``metrics_collector`` without ``observe_prefill_delayer_outcome``: said at construction,
+    not as an ``AttributeError`` from the first pass's ``finalize``, which would leave that pass unended."""
+    if metrics_collector is not None and not callable(getattr(metrics_collector, OBSERVE, None)):
+        raise ConfigError(f"metrics_collector must have {OBSERVE}(forward_passes=, wait_seconds=, input_estimation=, "
+                          "output_allow=, output_reason=, actual_execution=) (SGLang's SchedulerMetricsCollector, or "
+                          f"PrometheusPrefillDelayerMetrics), got {type(metrics_collector).__name__}")
 
 
 def record_single_pass_result(

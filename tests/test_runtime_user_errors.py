@@ -5,12 +5,14 @@ inside the runtime.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any, Callable
 
 import pytest
 
 from prefill_delayer.runtime import CollectiveError, ConfigMismatchError, PeerInputError, PolicyCore, PrefillDelayer, ServerArgs, run_ranks
 from prefill_delayer.runtime.envelope import envelope_positions
+from prefill_delayer.spec import ConfigError
 from prefill_delayer.spec.fields import MAX_COUNT
 from prefill_delayer.spec.registry import policy_of
 from runtime_harness import results, spawn_gloo
@@ -184,3 +186,85 @@ def test_an_all_reduce_of_no_ints_names_its_slot() -> None:
     outs = run_ranks(2, body)
     assert len(set(outs)) == 1 and outs[0].startswith("float ")
     assert outs[0].endswith(f" as {env.row_fields[-1]}, where the row holds ints (int64)"), outs[0]
+
+
+# ----- the constructor's arguments ---------------------------------------------------------------------------
+
+
+def _build(**changes: Any) -> PrefillDelayer:
+    kw: dict[str, Any] = {"dp_size": 1, "attn_tp_size": 1, "cpu_group": None, "server_args": ServerArgs(),
+                          "max_delay_passes": 30, "token_usage_low_watermark": 0.5, "gather": lambda row: [row]}
+    return PrefillDelayer(**{**kw, **changes})
+
+
+@pytest.mark.parametrize(("changes", "says"), [
+    ({"server_args": None}, "server_args (NoneType) has no prefill_delayer_queue_min_ratio, which profile 'seed' reads: "
+                            "pass SGLang's ServerArgs, or prefill_delayer.runtime.ServerArgs outside SGLang"),
+    ({"server_args": SimpleNamespace(enable_dp_attention=False, prefill_delayer_queue_min_ratio=None,
+                                     prefill_delayer_max_delay_ms=None, prefill_max_requests=None), "gather": None},
+     "server_args (SimpleNamespace) has no disable_overlap_schedule, which the choice of the gather's group reads: pass "
+     "SGLang's ServerArgs, or prefill_delayer.runtime.ServerArgs outside SGLang"),
+    ({"server_args": ServerArgs(disable_overlap_schedule="false"), "gather": None},  # type: ignore[arg-type]
+     "server_args.disable_overlap_schedule must be a bool, got str 'false'"),
+    ({"params": [("quorum_percent", 75)]}, "params must map the profile's parameter names to values ({'quorum_percent': "
+                                           "75}, say), got list [('quorum_percent', 75)]"),
+    ({"params": ""}, "params must map the profile's parameter names to values ({'quorum_percent': 75}, say), got str ''"),
+    ({"debug_log_enabled": "false"}, "debug_log_enabled must be a bool, got str 'false'"),
+    ({"metrics_collector": object()}, "metrics_collector must have observe_prefill_delayer_outcome(forward_passes=, "
+                                      "wait_seconds=, input_estimation=, output_allow=, output_reason=, actual_execution=) "
+                                      "(SGLang's SchedulerMetricsCollector, or PrometheusPrefillDelayerMetrics), got object"),
+])
+def test_a_constructor_argument_it_cannot_use_is_a_config_error_naming_it(changes: dict[str, Any], says: str) -> None:
+    """Before: AttributeError ('NoneType' object has no attribute 'prefill_delayer_queue_min_ratio'; 'list' object has
+    no attribute 'items'), the string 'false' taken as true (the debug lines on; the device group chosen, then refused as
+    'disable_overlap_schedule=True'), '' taken as no parameters, and a metrics collector without the method taken, to
+    fail the first pass's finalize with an AttributeError that left the pass unended."""
+    with pytest.raises(ConfigError) as info:
+        _build(**changes)
+    assert str(info.value) == says
+
+
+# ----- the variables ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["quorum_percent=75,", ",quorum_percent=75", "quorum_percent=75,,busy_watermark=0.5", ","])
+def test_an_empty_part_of_the_params_variable_is_refused(text: str) -> None:
+    """It was skipped: a parameter lost from the list (a variable that expanded to nothing) ran at its default."""
+    from prefill_delayer.integrations.sglang.plugin import parse_params
+
+    with pytest.raises(ConfigError) as info:
+        parse_params(text)
+    assert str(info.value) == f"PREFILL_DELAYER_PARAMS: expected NAME=VALUE[,NAME=VALUE], got {text!r}, which has an empty part"
+
+
+@pytest.mark.parametrize("text", ["", "  "])
+def test_a_blank_params_variable_sets_nothing(text: str) -> None:
+    from prefill_delayer.integrations.sglang.plugin import parse_params
+
+    assert parse_params(text) == {}
+
+
+@pytest.mark.parametrize("name", ["PREFILL_DELAYER_DECISION_LOG_MAX_MB", "PREFILL_DELAYER_DECISION_LOG_KEEP"])
+@pytest.mark.parametrize("raw", ["7_5", "\u0663"])
+def test_a_log_size_variable_is_read_as_every_setting_is(monkeypatch: pytest.MonkeyPatch, name: str, raw: str) -> None:
+    """int() read 7_5 as 75 (a 75 MB log where 7.5 was meant) and Arabic-Indic digits as digits; parse_setting, the one
+    reader of settings, refuses both, as simulate --set and PREFILL_DELAYER_PARAMS do."""
+    from prefill_delayer.runtime.decision_log import options_from
+
+    monkeypatch.setenv(name, raw)
+    with pytest.raises(ConfigError) as info:
+        options_from("decision.jsonl")
+    assert str(info.value) == f"expected NAME=VALUE with a number in plain digits (0-9, no '_'), got '{name}={raw}'"
+
+
+@pytest.mark.parametrize("timeout_s", [float("inf"), 1e300, True, "5"])
+def test_an_in_process_group_refuses_a_timeout_its_barrier_cannot_wait(timeout_s: Any) -> None:
+    """inf and 1e300 were taken, then the first gather raised OverflowError ('timestamp out of range for platform
+    time_t'); True was one second; '5' a TypeError."""
+    import threading
+
+    from prefill_delayer.runtime import InProcessGroup
+
+    with pytest.raises(ValueError) as info:
+        InProcessGroup(2, timeout_s)
+    assert str(info.value) == f"timeout_s must be a number of seconds in (0, {threading.TIMEOUT_MAX:g}], got {timeout_s!r}"

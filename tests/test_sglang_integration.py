@@ -130,6 +130,9 @@ def test_the_plugin_sets_the_profiles_own_parameters_and_stops_on_a_bad_one() ->
                                "rank below the watermark is never a busy one), or none to turn the busy rule off"),
         ("quorum_percent", "PREFILL_DELAYER_PARAMS: expected NAME=VALUE, got 'quorum_percent'"),
         ("quorum_percent=50,quorum_percent=75", "PREFILL_DELAYER_PARAMS: quorum_percent given twice"),
+        # a part lost between commas was skipped: 'quorum_percent=75,' ran with the one parameter, ',' with none
+        ("quorum_percent=75,", "PREFILL_DELAYER_PARAMS: expected NAME=VALUE[,NAME=VALUE], got 'quorum_percent=75,', "
+                               "which has an empty part"),
     ]:
         done = run_python(_LOAD, {"PREFILL_DELAYER_PROFILE": "aligned", "PREFILL_DELAYER_PARAMS": params})
         assert done.returncode == 1 and done.stdout == "", (params, done.stderr)

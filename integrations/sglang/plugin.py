@@ -66,12 +66,17 @@ class Choice:
 
 def parse_params(text: str) -> dict[str, Any]:
     """``PREFILL_DELAYER_PARAMS``: ``NAME=VALUE[,NAME=VALUE]`` (values as ``simulate --set`` reads them); ``ConfigError``
-    for a part that is no ``NAME=VALUE`` or a name given twice."""
+    for a part that is no ``NAME=VALUE`` (an empty one between commas too: a parameter lost from the list, never
+    skipped) or a name given twice. A blank value sets nothing, as an unset one."""
     from ...spec.config import parse_setting
     from ...spec.errors import ConfigError
 
     out: dict[str, Any] = {}
-    for part in (p for p in text.split(",") if p.strip()):
+    if not text.strip():
+        return out
+    for part in text.split(","):
+        if not part.strip():
+            raise ConfigError(f"{PARAMS_ENV}: expected NAME=VALUE[,NAME=VALUE], got {text!r}, which has an empty part")
         try:
             name, value = parse_setting(part)
         except ValueError as err:
