@@ -2,15 +2,17 @@
 
 A suite is hundreds of independent runs (every workload x every policy, at each load and seed of a
 sweep), each single-threaded and seeded, so they spread over cores with no change to any figure: a
-run's result depends on its case and its policy alone. The parent plans every run first (every
-workload checked before any run); the workers (``workers.start_pool``: Ctrl-C the parent's alone,
-none outliving the command) take one run at a time and return its row, and the rows come back in the
-plan's order, as a serial run gives them.
+run's result depends on its case and its policy alone. The parent hands out the runs of a plan it
+builds as it goes (a sweep plans a cell when its runs are about to start), a few more than the workers
+at a time; the workers (``workers.start_pool``: Ctrl-C the parent's alone, none outliving the command)
+take one run at a time and return its row, and the rows come back in the plan's order, as a serial run
+gives them.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Generic, Optional, Sequence, TypeVar
+import queue
+from typing import Any, Callable, Generic, Iterable, Optional, TypeVar
 
 from ..workers import ended, start_pool
 from .config import Variant
@@ -41,27 +43,46 @@ def _run(job: tuple[int, Callable[[Any, Variant], Any], Any, Variant]) -> tuple[
     return k, measure(case, variant)
 
 
-def run_all(plan: Sequence[Task[C]], measure: Callable[[C, Variant], R], jobs: int,
+def run_all(plan: Iterable[Task[C]], total: int, measure: Callable[[C, Variant], R], jobs: int,
             said: Optional[Callable[[int, int, Task[C], R], None]] = None) -> list[R]:
-    """Every run of ``plan`` through ``measure`` (a module-level function: workers get it by name), on ``jobs``
-    processes (1: in this one), in the plan's order; ``said(done, total, task, row)`` as each run ends (in the order
-    they end)."""
-    total = len(plan)
-    if min(jobs, total) <= 1:
+    """Every run of ``plan`` (``total`` of them, taken from it only as they are about to start) through ``measure``
+    (a module-level function: workers get it by name), on ``jobs`` processes (1: in this one), in the plan's order;
+    ``said(done, total, task, row)`` as each run ends (in the order they end)."""
+    tasks = iter(plan)
+    if jobs <= 1 or total <= 1:
         rows = []
-        for k, task in enumerate(plan):
+        for k, task in enumerate(tasks):
             rows.append(measure(task.case, task.variant))
             if said is not None:
                 said(k + 1, total, task, rows[k])
         return rows
     found: dict[int, R] = {}
-    with ended(start_pool(min(jobs, total))) as pool:
-        jobs_in = ((k, measure, t.case, t.variant) for k, t in enumerate(plan))
-        for done, (k, row) in enumerate(pool.imap_unordered(_run, jobs_in), start=1):
+    running: dict[int, Task[C]] = {}
+    ended_runs: queue.SimpleQueue = queue.SimpleQueue()  # (k, row) as each run ends, or what a worker raised
+    with ended(start_pool(jobs)) as pool:
+
+        def start_next() -> None:
+            """The plan's next run, handed to the workers (none once the plan is done)."""
+            task = next(tasks, None)
+            if task is not None:
+                k = len(found) + len(running)
+                running[k] = task
+                pool.apply_async(_run, ((k, measure, task.case, task.variant),), callback=ended_runs.put,
+                                 error_callback=ended_runs.put)
+
+        for _ in range(2 * jobs):  # a run queued behind each busy worker: none waits on this process's planning
+            start_next()
+        while running:
+            got = ended_runs.get()
+            if isinstance(got, BaseException):
+                raise got
+            k, row = got
+            task = running.pop(k)
             found[k] = row
+            start_next()
             if said is not None:
-                said(done, total, plan[k], row)
-    return [found[k] for k in range(total)]
+                said(len(found), total, task, row)
+    return [found[k] for k in range(len(found))]
 
 
 __all__ = ["Task", "check_jobs", "run_all"]

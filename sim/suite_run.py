@@ -16,8 +16,8 @@ import json
 import math
 import os
 import time
-from dataclasses import dataclass, replace
-from typing import Any, Mapping, Optional, Sequence, TextIO
+from dataclasses import dataclass, fields, replace
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, TextIO
 
 from ..files import Outputs
 from ..runtime.decision_log import DECISION_LOG_ENV
@@ -46,6 +46,31 @@ def default_profiles() -> list[str]:
     """No delayer, then every profile whose policy the simulator can run (it has a ``SimBinding``), from the
     registry: a policy that gains one is in the suite with no change here."""
     return [OFF, *(p for p in all_profiles() if policy_of(p).sim is not None)]
+
+
+QUANTILES = (0.5, 0.99)  # the TTFT percentiles of a bound that the tables, --json, --goal and --plot read
+
+
+@dataclass(frozen=True)
+class KeptBound(Bound):
+    """A bound as a suite keeps it: its throughputs and its TTFT at ``QUANTILES``, in place of the per-request TTFTs
+    they are read from (thousands of floats a workload: over a megabyte a default-suite cell, held for every cell of a
+    sweep and copied into every row a worker sends back)."""
+
+    at: tuple[tuple[float, Optional[float]], ...] = ()
+
+    @classmethod
+    def of(cls, b: Bound) -> "KeptBound":
+        if isinstance(b, KeptBound):
+            return b
+        figures = {f.name: getattr(b, f.name) for f in fields(Bound)}
+        return cls(**{**figures, "ttfts": ()}, at=tuple((q, b.ttft(q)) for q in QUANTILES))
+
+    def ttft(self, q: float) -> Optional[float]:
+        for at, value in self.at:
+            if at == q:
+                return value
+        raise ValueError(f"a suite keeps its bound's TTFT at {QUANTILES} only, not at {q}")
 
 
 @dataclass
@@ -136,7 +161,7 @@ def plan(spec: SuiteWorkload, profiles: Sequence[str], s: dict[str, Any], given:
     scaled = _scaled(spec, config, s, given)
     check_fits(scaled, workload)
     own = (config.warmup_s, config.duration_s or 0.0) if scaled.warmup_s != config.warmup_s else None
-    return Case(spec, scaled, workload, bound(scaled, workload), rate, own), variants
+    return Case(spec, scaled, workload, KeptBound.of(bound(scaled, workload)), rate, own), variants
 
 
 def _scaled(spec: SuiteWorkload, config: SimConfig, s: dict[str, Any], given: set[str]) -> SimConfig:
@@ -181,7 +206,8 @@ def measure(case: Case, variant: Variant) -> Row:
     if r.end_s <= case.config.warmup_s:
         raise SimInputError(f"workload {case.spec.name}: the run ended at {r.end_s:.1f} s, inside its "
                             f"{case.config.warmup_s:g} s warm-up: give more --passes")
-    b = case.bound if math.isclose(r.end_s, case.config.duration_s or 0.0, rel_tol=0.02) else bound(case.config, case.workload, r.end_s)
+    b = (case.bound if math.isclose(r.end_s, case.config.duration_s or 0.0, rel_tol=0.02)
+         else KeptBound.of(bound(case.config, case.workload, r.end_s)))
     b = run_bound(b, r, case)
     ttfts = ttfts_censored(r)
     tpot = tpots(r)
@@ -422,11 +448,24 @@ def plan_suite(name: str, profiles: Sequence[str], s: dict[str, Any], given: set
     return [plan(w, profiles, s, given, scale) for w in SUITES[name]]
 
 
-def run_planned(groups: Sequence[tuple[str, Planned]], jobs: int, progress: Optional[TextIO] = None) -> list[list[Row]]:
-    """Every run of every planned suite (``(label, planned)``: a sweep has one per cell), ``jobs`` at once, the rows
-    of each suite in its plan's order; a line per run on ``progress`` as it ends, after its suite's label."""
-    tasks = [Task(label, (case, _log_folder(label, case, v)), v)
-             for label, planned in groups for case, variants in planned for v in variants]
+def runs_of(planned: Planned) -> int:
+    """The runs of a planned suite: each workload with each of its policies."""
+    return sum(len(variants) for _, variants in planned)
+
+
+def run_planned(groups: Iterable[tuple[str, Planned]], total: int, jobs: int,
+                progress: Optional[TextIO] = None) -> list[tuple[list[Case], list[Row]]]:
+    """Every run of every planned suite (``(label, planned)``: a sweep has one per cell, taken from ``groups`` only
+    when its runs are about to start), ``total`` runs in all, ``jobs`` at once: each suite's cases and its rows in
+    its plan's order; a line per run on ``progress`` as it ends, after its suite's label."""
+    taken: list[tuple[list[Case], int]] = []  # each suite's cases and its count of runs, as its runs start
+
+    def tasks() -> Iterator[Task[tuple[Case, str]]]:
+        for label, planned in groups:
+            taken.append(([case for case, _ in planned], runs_of(planned)))
+            for case, variants in planned:
+                for v in variants:
+                    yield Task(label, (case, _log_folder(label, case, v)), v)
 
     def said(done: int, total: int, task: Task[tuple[Case, str]], row: Row) -> None:
         assert progress is not None
@@ -434,11 +473,10 @@ def run_planned(groups: Sequence[tuple[str, Planned]], jobs: int, progress: Opti
                        f"({_pct(row.fractions()[0])} of bound), {row.wall_s:.1f} s\n")
         progress.flush()
 
-    rows = run_all(tasks, _measure_logged, jobs, None if progress is None else said)
+    rows = run_all(tasks(), total, _measure_logged, jobs, None if progress is None else said)
     out, k = [], 0
-    for _, planned in groups:
-        n = sum(len(v) for _, v in planned)
-        out.append(rows[k:k + n])
+    for cases, n in taken:
+        out.append((cases, rows[k:k + n]))
         k += n
     return out
 
@@ -449,7 +487,7 @@ def run_suite(name: str, profiles: Sequence[str], s: dict[str, Any], given: set[
     """Every workload of suite ``name`` against every profile, its offered loads times ``scale``, ``jobs`` runs at
     once; a line per run on ``progress``, after ``label``."""
     planned = plan_suite(name, profiles, s, given, scale)
-    return [c for c, _ in planned], run_planned([(label, planned)], jobs, progress)[0]
+    return run_planned([(label, planned)], runs_of(planned), jobs, progress)[0]
 
 
 def load_label(scale: float) -> str:
@@ -601,6 +639,6 @@ def main(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     return 0
 
 
-__all__ = ["Case", "Planned", "Row", "SUITE_OPTIONS", "check_load_scales", "check_runs", "check_seeds", "default_profiles", "goals", "load_label", "main", "measure", "plan", "plan_suite", "plot", "report",
-           "run_bound", "run_planned", "run_suite", "scaled", "standings", "suite_doc", "table", "tpots", "ttfts_censored",
+__all__ = ["Case", "KeptBound", "Planned", "QUANTILES", "Row", "SUITE_OPTIONS", "check_load_scales", "check_runs", "check_seeds", "default_profiles", "goals", "load_label", "main", "measure", "plan", "plan_suite", "plot", "report",
+           "run_bound", "run_planned", "run_suite", "runs_of", "scaled", "standings", "suite_doc", "table", "tpots", "ttfts_censored",
            "warmups_cut"]

@@ -20,7 +20,7 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence, TextIO
+from typing import Any, Callable, Iterator, Optional, Sequence, TextIO
 
 from ..files import Outputs
 from .cli import check_logs_whole
@@ -28,7 +28,8 @@ from .report import Column, markdown
 from .suite_goal import WorkloadGoal, misses_said
 from .bound import Bound
 from .errors import counted
-from .suite_run import Case, Row, _s, _tok, load_label, plan_suite, run_planned, standings, suite_doc, suite_notes
+from .suite_run import (Case, Planned, Row, _s, _tok, load_label, plan_suite, run_planned, runs_of, standings, suite_doc,
+                        suite_notes)
 
 
 @dataclass(frozen=True)
@@ -301,13 +302,21 @@ def plot(sweep: Sweep, path: str) -> None:
 
 def sweep(name: str, profiles: Sequence[str], scales: Sequence[float], seeds: Sequence[int], goal: Optional[str],
           s: dict[str, Any], given: set[str], outputs: Outputs, stdout: TextIO, progress: Optional[TextIO]) -> int:
-    """Plan every cell (each load at each seed, in the order given), run them all (``--jobs`` at once), then print
-    and write the sweep."""
+    """Run every cell (each load at each seed, in the order given; ``--jobs`` runs at once), then print and write the
+    sweep. Every workload is planned at every load before any run, at the first seed; another seed changes only the
+    draw of arrivals, which no check reads, so each further cell is planned when its runs are about to start: a sweep
+    of many seeds starts at once, and holds only the cells begun, not one per seed asked for."""
     keys = [(x, seed) for x in scales for seed in seeds]
     started = time.perf_counter()
-    planned = [plan_suite(name, profiles, dict(s, seed=seed), given, x) for x, seed in keys]  # every cell checked first
-    rows = run_planned([(f"{cell_label(scales, seeds, *key)} ", p) for key, p in zip(keys, planned)], s["jobs"], progress)
-    cells = [Cell(x, seed, [c for c, _ in p], r) for (x, seed), p, r in zip(keys, planned, rows)]
+    first = {x: plan_suite(name, profiles, dict(s, seed=seeds[0]), given, x) for x in scales}
+
+    def planned() -> Iterator[tuple[str, Planned]]:
+        for x, seed in keys:
+            cell = first.pop(x) if seed == seeds[0] else plan_suite(name, profiles, dict(s, seed=seed), given, x)
+            yield f"{cell_label(scales, seeds, x, seed)} ", cell
+
+    done = run_planned(planned(), len(keys) * runs_of(first[scales[0]]), s["jobs"], progress)
+    cells = [Cell(x, seed, cases, rows) for (x, seed), (cases, rows) in zip(keys, done)]
     result = Sweep(name, list(scales), list(seeds), cells, time.perf_counter() - started)
     judged = [] if goal is None else [standings(c.cases, c.rows) for c in cells]  # once, for the text and the JSON
     text = report(result, None if goal is None else (goal, judged))

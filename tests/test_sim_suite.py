@@ -16,8 +16,10 @@ from prefill_delayer.sim.cost import CostModel
 from prefill_delayer.sim.options import add_arguments, settings
 from prefill_delayer.sim.suite import DEFAULT, SUITES
 from prefill_delayer.spec.registry import all_profiles, policy_of
+from prefill_delayer.workers import cores
 
 TOL = 0.01
+TWO_CORES = pytest.mark.skipif(cores() < 2, reason="--jobs 2 takes two cores")
 
 
 def _settings(*argv: str) -> tuple[dict, set]:
@@ -578,3 +580,104 @@ def test_a_shorter_duration_says_the_warm_up_each_run_got(tmp_path, capsys):
     assert cli(["simulate", "--suite", "calibration", "--duration", "1300", "--profile", "off", "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "Warm-ups" not in out and out.startswith("Suite calibration: 7 workloads x 1 policy\n\n"), out[:200]
+
+
+
+def test_a_sweep_plans_each_seed_when_its_runs_are_about_to_start(monkeypatch, capsys):
+    """``--seeds 0-1000000`` planned every cell before its first run (1.7 s and 1.4 MB a default-suite seed): it showed
+    nothing and its memory grew until interrupted. Each seed is now planned when its runs are about to start, the
+    next one only once the last's runs have begun."""
+    from prefill_delayer.sim import suite_sweep
+
+    events: list[tuple[str, int]] = []
+    plan, measure = suite_sweep.plan_suite, suite_run.measure
+    per_cell = len(SUITES["held-out"])
+
+    class Enough(Exception):
+        pass
+
+    def planning(name, profiles, s, given, scale=1.0):
+        events.append(("plan", s["seed"]))
+        assert any(e[0] == "run" for e in events) or len(events) == 1, f"a second seed planned before any run: {events}"
+        return plan(name, profiles, s, given, scale)
+
+    def running(case, variant):
+        events.append(("run", case.config.seed))
+        if len(events) == 3 * (per_cell + 1):
+            raise Enough
+        return measure(case, variant)
+
+    monkeypatch.setattr(suite_sweep, "plan_suite", planning)
+    monkeypatch.setattr(suite_run, "measure", running)
+    with pytest.raises(Enough):
+        cli(["simulate", "--suite", "held-out", "--profile", "off", "--duration", "5", "--seeds", "0-1000000"])
+    assert events == [e for seed in range(3) for e in [("plan", seed)] + [("run", seed)] * per_cell], events
+
+
+@TWO_CORES
+def test_a_sweep_of_a_million_seeds_shows_its_first_run_at_once_and_stops_on_ctrl_c(tmp_path):
+    """The same sweep on two processes: its first run's progress line within seconds (it showed none), and Ctrl-C
+    one line, 130, no worker left."""
+    import os
+    import select
+    import signal
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "prefill_delayer.cli", "simulate", "--suite", "held-out", "--profile", "off",
+            "--duration", "5", "--seeds", "0-1000000", "--jobs", "2", "--progress"]
+    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        assert proc.stderr is not None
+        assert select.select([proc.stderr], [], [], 60)[0], "no progress line within 60 s"
+        first = proc.stderr.readline()
+        assert first.startswith(f"seed 0 [1/{1000001 * len(SUITES['held-out'])}] "), first
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert err.splitlines()[-1] == "prefill-delayer simulate: interrupted", err[-500:]
+    assert _in_group(proc.pid) == []  # no worker left
+
+
+def _in_group(pgid: int) -> list[str]:
+    """The processes of process group ``pgid`` still there."""
+    from pathlib import Path
+
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[2]) == pgid:
+                found.append(stat.parent.name)
+        except (OSError, IndexError, ValueError):  # gone meanwhile
+            pass
+    return found
+
+
+def test_a_case_and_a_row_keep_the_bounds_figures_not_its_requests_ttfts():
+    """A planned case held its bound's TTFT for every request of the window (thousands of floats a workload), and
+    every row a worker sent back a copy of it: kept for every cell of a sweep. They keep the figures the tables read,
+    the same ones, whatever the window's length."""
+    import pickle
+
+    from prefill_delayer.sim.bound import bound
+
+    spec = next(w for w in DEFAULT if w.name == "poisson-80")
+    kept = []
+    for duration in ("100", "300"):
+        s, given = _settings("--suite", "default", "--duration", duration)
+        case, variants = suite_run.plan(spec, ["off"], s, given)
+        whole = bound(case.config, case.workload)
+        assert [case.bound.ttft(q) for q in (0.5, 0.99)] == [whole.ttft(q) for q in (0.5, 0.99)]  # the tables' TTFTs
+        assert (case.bound.input_tok_s, case.bound.offered_tok_s) == (whole.input_tok_s, whole.offered_tok_s)
+        row = suite_run.measure(case, variants[0])
+        kept.append((len(whole.ttfts), len(pickle.dumps(case)), len(pickle.dumps(row))))
+    (requests_short, case_short, row_short), (requests_long, case_long, row_long) = kept
+    assert requests_long > 2 * requests_short  # the longer window has more requests ...
+    assert case_long < 1.1 * case_short and row_long < 1.1 * row_short, kept  # ... and keeps no more of them
+    with pytest.raises(ValueError, match="keeps its bound's TTFT at"):
+        case.bound.ttft(0.9)
