@@ -14,9 +14,9 @@ from __future__ import annotations
 import queue
 from typing import Any, Callable, Generic, Iterable, Optional, TypeVar
 
-from ..workers import ended, start_pool
+from ..workers import cores, ended, start_pool
 from .config import Variant
-from .errors import SimInputError
+from .errors import SimInputError, counted
 
 C = TypeVar("C")
 R = TypeVar("R")
@@ -31,10 +31,22 @@ class Task(Generic[C]):
         self.label, self.case, self.variant = label, case, variant
 
 
-def check_jobs(jobs: object) -> int:
-    """``--jobs``: a whole number of processes, at least 1."""
+def check_jobs(jobs: object, runs: int, what: str) -> int:
+    """``--jobs``: a whole number of processes, at least 1, and no more than the cores or the ``runs`` (``what`` makes
+    them): each run is one single-threaded process, so a process past the cores only shares them while holding a run
+    of its own in memory, and one past the runs has none to run (``--jobs 1000000`` started a process per run, 330 of
+    them on two cores, where a sweep's thousands of runs would start thousands)."""
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise SimInputError(f"--jobs must be a whole number of processes >= 1, got {jobs!r}")
+    have = cores()
+    if jobs > min(have, runs):
+        if runs < have:
+            why = (f"there {'is' if runs == 1 else 'are'} {counted(runs, 'run')} ({what}), so a process more would have "
+                   "none to run")
+        else:
+            why = (f"this process may run on {counted(have, 'core')}, and each run is one single-threaded process, so "
+                   "a process more would only share them, holding a run of its own in memory")
+        raise SimInputError(f"--jobs {jobs:,}: at most {min(have, runs)} here: {why}")
     return jobs
 
 

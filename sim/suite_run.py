@@ -518,10 +518,15 @@ def check_seeds(text: Any) -> list[range]:
     return ranges
 
 
+def runs_asked(name: str, profiles: Sequence[str], scales: Sequence[float], seeds: Sequence[range]) -> int:
+    """A sweep's runs: every workload of suite ``name`` with every policy, at each load and seed (counted, not listed)."""
+    return len(SUITES[name]) * len(profiles) * len(scales) * sum(len(r) for r in seeds)
+
+
 def check_runs(name: str, profiles: Sequence[str], scales: Sequence[float], seeds: Sequence[range], text: Any) -> None:
     """A sweep is a run of every workload with every policy at each load and seed: a count of runs, at most
     ``MAX_COUNT`` as every count the spec declares, checked before the seeds are listed or any cell planned."""
-    per_seed = len(SUITES[name]) * len(profiles) * len(scales)
+    per_seed = runs_asked(name, profiles, scales, [range(1)])
     count = sum(len(r) for r in seeds)
     if count * per_seed > MAX_COUNT:
         at = f" at {len(scales)} loads" if len(scales) > 1 else ""
@@ -592,7 +597,6 @@ def main(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     if "seed" in given and "seeds" in given:
         raise SimInputError("give --seed N (one run) or --seeds LIST (a run at each), not both")
     ranges = check_seeds(s["seeds"]) if "seeds" in given else [range(s["seed"], s["seed"] + 1)]
-    check_jobs(s["jobs"])
     if scales != [1.0] and all(w.load is None for w in SUITES[name]):
         raise SimInputError(f"--load-scale: no workload of suite {name} has a load to scale (its scenarios keep their own "
                             "arrivals); --suite list shows each suite's")
@@ -614,6 +618,11 @@ def main(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         raise SimInputError(f"--goal {goal}: no other policy to judge it against; give another with --profile")
     if "seeds" in given:
         check_runs(name, profiles, scales, ranges, s["seeds"])
+    runs = runs_asked(name, profiles, scales, ranges)
+    seeds_asked = sum(len(r) for r in ranges)
+    cells = " and ".join([f"{len(scales)} loads"] * (len(scales) > 1) + [counted(seeds_asked, "seed")] * (seeds_asked > 1))
+    check_jobs(s["jobs"], runs, f"suite {name}'s {counted(len(SUITES[name]), 'workload')} x "
+                                f"{counted(len(profiles), 'policy', 'policies')}" + (f" at {cells}" if cells else ""))
     seeds = [seed for r in ranges for seed in r]
     show = s["progress"]
     if show == PROGRESS_AUTO:
@@ -640,5 +649,5 @@ def main(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
 
 
 __all__ = ["Case", "KeptBound", "Planned", "QUANTILES", "Row", "SUITE_OPTIONS", "check_load_scales", "check_runs", "check_seeds", "default_profiles", "goals", "load_label", "main", "measure", "plan", "plan_suite", "plot", "report",
-           "run_bound", "run_planned", "run_suite", "runs_of", "scaled", "standings", "suite_doc", "table", "tpots", "ttfts_censored",
+           "run_bound", "run_planned", "run_suite", "runs_asked", "runs_of", "scaled", "standings", "suite_doc", "table", "tpots", "ttfts_censored",
            "warmups_cut"]

@@ -15,6 +15,7 @@ from prefill_delayer.sim.config import SimConfig, Variant
 from prefill_delayer.sim.cost import CostModel
 from prefill_delayer.sim.options import add_arguments, settings
 from prefill_delayer.sim.suite import DEFAULT, SUITES
+from prefill_delayer.sim.errors import counted
 from prefill_delayer.spec.registry import all_profiles, policy_of
 from prefill_delayer.workers import cores
 
@@ -529,6 +530,7 @@ def test_loads_and_seeds_together_run_every_load_at_every_seed(tmp_path, capsys)
     assert [(r["load_scale"], r["seed"]) for r in doc["runs"]] == [(1.2, 0), (1.2, 1), (0.8, 0), (0.8, 1)]
 
 
+@TWO_CORES
 def test_jobs_give_the_figures_of_one_run_at_a_time(tmp_path, capsys):
     import multiprocessing
 
@@ -543,6 +545,7 @@ def test_jobs_give_the_figures_of_one_run_at_a_time(tmp_path, capsys):
     assert multiprocessing.active_children() == []  # no worker outlives the command
 
 
+@TWO_CORES
 def test_a_run_that_fails_in_a_worker_is_one_line_and_leaves_no_worker(capsys):
     import multiprocessing
 
@@ -681,3 +684,28 @@ def test_a_case_and_a_row_keep_the_bounds_figures_not_its_requests_ttfts():
     assert case_long < 1.1 * case_short and row_long < 1.1 * row_short, kept  # ... and keeps no more of them
     with pytest.raises(ValueError, match="keeps its bound's TTFT at"):
         case.bound.ttft(0.9)
+
+
+def test_jobs_past_the_cores_is_one_line_and_exit_2(capsys):
+    """``--jobs 1000000`` started a process per run (330 on two cores for the default suite, all at once); each run
+    is one single-threaded process, so past the cores a process only shares them."""
+    n = cores() + 1
+    assert cli(["simulate", "--suite", "default", "--duration", "1", "--jobs", str(n), "--no-progress"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == (f"prefill-delayer simulate: --jobs {n:,}: at most {cores()} here: this process may run "
+                                 f"on {counted(cores(), 'core')}, and each run is one single-threaded process, so a "
+                                 "process more would only share them, holding a run of its own in memory\n"), err
+
+
+def test_jobs_past_the_runs_is_one_line_and_exit_2(monkeypatch, capsys):
+    """More processes than runs were started as one per run, silently; refused, naming the runs."""
+    from prefill_delayer.sim import suite_jobs
+
+    monkeypatch.setattr(suite_jobs, "cores", lambda: 64, raising=False)  # a machine with more cores than runs
+    runs = len(SUITES["calibration"])
+    assert cli(["simulate", "--suite", "calibration", "--profile", "off", "--duration", "1", "--jobs", str(runs + 1),
+                "--no-progress"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == (f"prefill-delayer simulate: --jobs {runs + 1}: at most {runs} here: there are {runs} runs "
+                                 f"(suite calibration's {runs} workloads x 1 policy), so a process more would have none "
+                                 "to run\n"), err
