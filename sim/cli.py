@@ -14,6 +14,7 @@ import os
 import re
 import sys
 import time
+from array import array
 from typing import Any, Iterable, Iterator, Optional, Sequence, TextIO
 
 from ..files import Outputs, empty_name
@@ -21,7 +22,7 @@ from ..runtime.core import crosscheck_on
 from ..runtime.decision_log import DECISION_LOG_ENV, options_from
 from ..spec.config import in_setting_words, plain
 from ..spec.errors import ConfigError
-from .config import SimConfig, Variant
+from .config import OFF, SimConfig, Variant
 from .cost import SGLANG_32880, SGLANG_35241, CostModel
 from .engine import check_fits, simulate
 from .errors import SimInputError, counted
@@ -31,7 +32,7 @@ from .policy_site import binding_of, check_sets, policy_config
 from .report import report, to_json
 from .trace import load_trace
 from .trackers import WINDOW, own_tracker
-from .workload import Burst, Bursty, Lengths, LongPrompt, Mix, Poisson, Workload
+from .workload import Burst, Bursty, Lengths, LongPrompt, Mix, Poisson, Request, Workload, endless
 
 # Which workloads each workload option applies to.
 _APPLIES = {
@@ -104,6 +105,7 @@ def build(args: argparse.Namespace) -> tuple[SimConfig, list[Variant], Workload,
         return tracker
 
     variants = [Variant.of(name, tracker_of(name), s["health_dispatch"]) for name in dict.fromkeys(s["profile"])]
+    _passes_within_memory(config, workload, len(variants))
     if tracker is not None and all(v.profile is None for v in variants):
         raise SimInputError(f"--tracker {tracker}: off runs no delayer, so nothing reads max_prefill_bs and no tracker "
                             "runs; --tracker sets it for the profiles with a delayer")
@@ -258,11 +260,17 @@ def _workload(s: dict[str, Any], given: set[str], config: SimConfig) -> Workload
                                   drift=_drift(s["drift"], config.dp_size))
                 main.check_drift(config.chunked_prefill_size, given=s["drift"])
                 _concurrency_within_memory(main.concurrency, config)
+        if isinstance(main, Bursty):
+            _held_within_memory(f"--burst {main.burst:,}", main.burst, "--burst", 1,
+                                f"each burst's {counted(main.burst, 'request')} would arrive together")
     wave = s["wave"]
     if wave is None:
         return main
     if isinstance(wave, bool) or not isinstance(wave, int) or wave < 1:
         raise SimInputError(f"--wave must be an integer >= 1 (requests per rank), got {wave!r}")
+    _held_within_memory(f"--wave {wave:,}", wave * config.dp_size, "--wave", config.dp_size,
+                        f"{counted(wave * config.dp_size, 'request')}, {wave:,} on each of {counted(config.dp_size, 'rank')}, "
+                        "would arrive together at t=0")
     wave_prompt = s["wave_prompt_tokens"] or s["prompt_tokens"]
     wave_output = s["wave_output_tokens"] or s["output_tokens"]
     if wave_prompt is None or wave_output is None:
@@ -344,6 +352,61 @@ def _concurrency_within_memory(concurrency: int, config: SimConfig) -> None:
         raise SimInputError(f"--concurrency {concurrency:,}: at most {MAX_CONCURRENCY:,} clients (each holds a request in "
                             f"memory from the start, about 300 bytes); past {_at_once(config)}, the rest only "
                             "wait in their queues")
+
+
+def machine_memory() -> int:
+    """The bytes of memory this machine has, all of it: what a run must hold at once can never be more."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def in_bytes(n: float) -> str:
+    """A size in a message: 512 MiB, 23.5 GiB, 1,452 TiB."""
+    for unit, power in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 2**power:
+            x = n / 2**power
+            return f"{x:.3g} {unit}" if x < 100 else f"{x:,.0f} {unit}"
+    return f"{n:,.0f} bytes"
+
+
+# A request's own object (``Request``, its slots): the least each request a run holds takes of its memory.
+REQUEST_BYTES = sys.getsizeof(Request(0, 0.0, 1, 1))
+
+
+def _held_within_memory(given: str, requests: int, option: str, per: int, arriving: str) -> None:
+    """Requests that arrive together (a ``--wave``, a ``--burst``) are made at once and held in memory from then on,
+    ``REQUEST_BYTES`` each at the least: more than the machine's memory would take every byte of it before the first
+    pass ran (a wave of a billion per rank grew by 120 MB/s and never began). ``per``: requests per unit of
+    ``option``."""
+    need, have = requests * REQUEST_BYTES, machine_memory()
+    if need > have:
+        raise SimInputError(f"{given}: {arriving}, each held in memory from then on, at least {REQUEST_BYTES} bytes "
+                            f"apiece (a request's own object): at least {in_bytes(need)}, more than this machine's "
+                            f"{in_bytes(have)} of memory; past {option} {have // (REQUEST_BYTES * per):,} they cannot fit here")
+
+
+def pass_record_bytes(config: SimConfig) -> int:
+    """The least a run keeps of each pass it runs: an entry in each of ``RunResult``'s per-pass records (arrays, one
+    entry a pass or one a rank-pass), kept until the tables."""
+    from .result import RunResult
+
+    records = [a for a in vars(RunResult(Variant.of(OFF), config, None)).values() if isinstance(a, (array, bytearray))]
+    return sum(a.itemsize if isinstance(a, array) else 1 for a in records)
+
+
+def _passes_within_memory(config: SimConfig, workload: Workload, profiles: int) -> None:
+    """``--passes`` with no end of its own (no ``--duration``, arrivals that never stop): every profile's run goes on to
+    its last pass and keeps a record of each (``pass_record_bytes``), all held until the tables; where that cannot fit
+    in the machine's memory, the run would fail after hours (at --passes 10**12 it grew without end, at 0%)."""
+    if config.duration_s is not None or not endless(workload):
+        return
+    record = pass_record_bytes(config)
+    need, have = config.passes * record * profiles, machine_memory()
+    if need > have:
+        raise SimInputError(
+            f"--passes {config.passes:,}: with no --duration, every run ({counted(profiles, 'profile')}) goes on to its "
+            f"last pass and keeps a record of every pass until the tables, at least {record} bytes each: at least "
+            f"{in_bytes(need)}, more than this machine's {in_bytes(have)} of memory; past --passes "
+            f"{have // (record * profiles):,} it cannot fit here (--duration ends a run at a simulated time instead)")
 
 
 def _drift(text: Optional[str], dp_size: int) -> tuple:

@@ -180,7 +180,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     w = p.add_argument_group("workload")
     w.add_argument("--workload", choices=WORKLOADS, default=S, help="arrivals: poisson, bursty, long-prompt (closed loop) or trace (replay --trace)")
     w.add_argument("--rate", type=float, metavar="R", default=S, help="requests per second (poisson, bursty)")
-    w.add_argument("--burst", type=int, metavar="N", default=S, help="requests per burst (bursty)")
+    w.add_argument("--burst", type=int, metavar="N", default=S, help="requests per burst (bursty); at most what this machine's memory holds at once")
     w.add_argument("--concurrency", type=int, metavar="N", default=S, help="requests in flight (long-prompt)")
     w.add_argument("--drift", metavar="D,D,...|random:K", default=S, help="long-prompt: chunks each rank starts ahead (one per rank, or one for all), or a seeded draw from 0..K; "
                    "fewer than the shortest prompt's chunks")
@@ -188,7 +188,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument("--output-tokens", metavar="N|LO:HI", default=S, help="output tokens, fixed or uniform")
     w.add_argument("--trace", metavar="FILE", default=S, help="CSV or JSONL with arrival, prompt_tokens, output_tokens (trace); replayed from its first arrival, "
                    "which becomes simulated time 0, and the run ends when every request has been served or at --duration")
-    w.add_argument("--wave", type=int, metavar="N", default=S, help="also N requests per rank arriving together at t=0 (a refill after a drain)")
+    w.add_argument("--wave", type=int, metavar="N", default=S, help="also N requests per rank arriving together at t=0 (a refill after a drain); at most what this "
+                   "machine's memory holds at once")
     w.add_argument("--wave-prompt-tokens", metavar="N|LO:HI", default=S, help="the wave's prompt tokens (default: --prompt-tokens)")
     w.add_argument("--wave-output-tokens", metavar="N|LO:HI", default=S, help="the wave's output tokens (default: --output-tokens)")
     c = p.add_argument_group("pass cost: max(FLOOR, max_r(ATTN_TOKEN*prefill_r + ATTN_DECODE*decode_r) + MOE_TOKEN*sum_r(prefill_r + decode_r)), IDLE_PASS without a forward (seconds)")
@@ -198,7 +199,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--cost-moe-token", type=float, metavar="S", default=S, help="MoE per token over all ranks (default 8.68e-6, SGLang #35241)")
     c.add_argument("--cost-idle-pass", type=float, metavar="S", default=S, help="a pass where no rank runs a forward (default 0.0015, estimated)")
     r = p.add_argument_group("run and output")
-    r.add_argument("--passes", type=int, metavar="N", default=S, help="stop after N passes (default 10000, or none with --duration)")
+    r.add_argument("--passes", type=int, metavar="N", default=S, help="stop after N passes (default 10000, or none with --duration); without --duration, at most what "
+                   "this machine's memory holds of every profile's passes")
     r.add_argument("--duration", type=float, metavar="S", default=S, help="stop at S simulated seconds (with --suite: every "
                    "workload's, its warm-up cut in proportion where S is shorter than its own run, as the header says); "
                    "S short of where the simulated clock, a float, steps by more than the shortest pass and could not "

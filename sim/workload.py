@@ -414,6 +414,16 @@ class Mix:
 Workload = Union[Poisson, Bursty, Burst, LongPrompt, TraceReplay, Mix]
 
 
+def endless(workload: Workload) -> bool:
+    """Whether requests keep coming as long as a run goes on (open arrivals with no stop, a closed loop), so that a run
+    with no end of its own in simulated time ends at its pass cap, never sooner (a trace, a wave run out)."""
+    if isinstance(workload, Mix):
+        return any(endless(p) for p in workload.parts)
+    if isinstance(workload, Poisson):
+        return workload.stop == math.inf
+    return isinstance(workload, (Bursty, LongPrompt))
+
+
 def largest_request(workload: Workload) -> Optional[tuple[int, int, str]]:
     """The request of the workload that needs the most KV tokens (prompt + output): its prompt, its output, and what
     it is; None if unknown (a generator's longest prompt with its longest output)."""

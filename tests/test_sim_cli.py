@@ -787,3 +787,77 @@ def test_a_short_measured_window_is_said_as_it_is(capsys):
     out = capsys.readouterr().out
     assert r.summary().passes == 1 and f"\nMeasured: {r.summary().sim_seconds:.2g} simulated s per profile" in out, out
     assert "\nMeasured: 0.0015 simulated s per profile after a 0 s warm-up\n" in out, out
+
+
+def _refused_at_once(argv: list[str]) -> tuple[int, str, str]:
+    """The command in a process of its own, which must end within a minute (a run it starts would not): its exit
+    status (2), stdout and stderr."""
+    done = subprocess.run([sys.executable, "-m", "prefill_delayer.cli", *argv], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    return done.returncode, done.stdout, done.stderr
+
+
+POISSON = ["simulate", "--workload", "poisson", "--rate", "10", "--prompt-tokens", "1000", "--output-tokens", "100",
+           "--no-progress"]
+
+
+@pytest.mark.parametrize("argv, option, per", [
+    (["--wave", "1000000000"], "--wave", 8),  # a wave of N per rank on each of the default 8 ranks
+    (["--workload", "bursty", "--burst", "1000000000"], "--burst", 1),
+])
+def test_requests_arriving_together_past_the_machine_s_memory_are_refused_before_the_run(argv, option, per):
+    """``--wave 1000000000`` and ``--burst 1000000000`` made their requests at once before the first pass (3.7 GB in
+    30 s, and on, showing nothing); now one line and exit 2 at once, the bound from this machine's memory and the
+    least a request takes."""
+    rc, out, err = _refused_at_once([*POISSON, *argv])
+    from prefill_delayer.sim.cli import REQUEST_BYTES, in_bytes, machine_memory
+
+    requests = 10**9 * per
+    assert out == "" and err.count("\n") == 1 and err.startswith(f"prefill-delayer simulate: {option} 1,000,000,000: "), err
+    assert (f"each held in memory from then on, at least {REQUEST_BYTES} bytes apiece (a request's own object): at least "
+            f"{in_bytes(requests * REQUEST_BYTES)}, more than this machine's {in_bytes(machine_memory())} of memory; "
+            f"past {option} {machine_memory() // (REQUEST_BYTES * per):,} they cannot fit here\n") in err, err
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--wave", "2000", "--passes", "20", "--profile", "off"],
+     "--wave 2,000: 16,000 requests, 2,000 on each of 8 ranks, would arrive together at t=0, each held in memory"),
+    (["--workload", "bursty", "--burst", "20000", "--passes", "20", "--profile", "off"],
+     "--burst 20,000: each burst's 20,000 requests would arrive together, each held in memory"),
+    (["--passes", "20000", "--profile", "off"],
+     "--passes 20,000: with no --duration, every run (1 profile) goes on to its last pass and keeps a record of every "
+     "pass until the tables"),
+])
+def test_what_a_run_holds_is_measured_against_the_memory_there_is(monkeypatch, capsys, argv, said):
+    """On a machine of 1 MiB, a wave, a burst or a pass count that fits a larger one: refused, the bound derived
+    from that memory (these ran before, whatever the memory)."""
+    from prefill_delayer.sim import cli as sim_cli
+
+    monkeypatch.setattr(sim_cli, "machine_memory", lambda: 2**20, raising=False)
+    assert cli([*POISSON, *argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and said in err and "more than this machine's 1 MiB of memory" in err, err
+
+
+def test_passes_past_the_machine_s_memory_are_refused_where_the_run_would_reach_them(monkeypatch, capsys, tmp_path):
+    """``--passes 1000000000000`` ran at 0% for years, every pass's record held; refused where every run goes on to
+    its last pass (no --duration, arrivals that never stop), its bound from the machine's memory and the least a run
+    keeps of a pass. With --duration, or a trace that runs out, the cap is not what ends the run: those still run."""
+    rc, out, err = _refused_at_once([*POISSON, "--passes", str(10**12)])
+    from prefill_delayer.sim.cli import in_bytes, machine_memory, pass_record_bytes
+    from prefill_delayer.sim.config import SimConfig
+    from prefill_delayer.sim.options import SIMULATED
+
+    per = pass_record_bytes(SimConfig())
+    profiles = len(SIMULATED)  # every simulated profile, the default
+    assert out == "" and err == (
+        f"prefill-delayer simulate: --passes 1,000,000,000,000: with no --duration, every run ({profiles} profiles) goes "
+        f"on to its last pass and keeps a record of every pass until the tables, at least {per} bytes each: at least "
+        f"{in_bytes(10**12 * per * profiles)}, more than this machine's {in_bytes(machine_memory())} of memory; past "
+        f"--passes {machine_memory() // (per * profiles):,} it cannot fit here (--duration ends a run at a simulated time "
+        "instead)\n"), err
+    monkeypatch.setattr("prefill_delayer.sim.cli.machine_memory", lambda: 2**20)
+    assert cli([*POISSON, "--passes", "20000", "--duration", "1", "--profile", "off"]) == 0
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival,prompt_tokens,output_tokens\n0,100,5\n0.5,200,5\n")
+    assert cli(["simulate", "--workload", "trace", "--trace", str(trace), "--passes", "20000", "--profile", "off"]) == 0

@@ -34,6 +34,28 @@ def test_bursty_requests_come_in_bursts_at_the_average_rate():
     assert abs(len(reqs) / 500.0 - 6.0) < 0.6
 
 
+@pytest.mark.parametrize("workload, endless", [
+    (Poisson(rate=5.0, prompt=Lengths(1, 1), output=Lengths(1, 1)), True),
+    (Poisson(rate=5.0, prompt=Lengths(1, 1), output=Lengths(1, 1), stop=3.0), False),
+    (Bursty(rate=5.0, burst=2, prompt=Lengths(1, 1), output=Lengths(1, 1)), True),
+    (LongPrompt(concurrency=2, prompt=Lengths(1, 1), output=Lengths(1, 1)), True),
+    (Burst(count=3, prompt=Lengths(1, 1), output=Lengths(1, 1)), False),
+    (Mix((Burst(count=3, prompt=Lengths(1, 1), output=Lengths(1, 1)),
+          Poisson(rate=5.0, prompt=Lengths(1, 1), output=Lengths(1, 1)))), True),
+    (Mix((Burst(count=3, prompt=Lengths(1, 1), output=Lengths(1, 1)),)), False),
+])
+def test_a_workload_is_endless_where_its_requests_never_stop(workload, endless):
+    """``endless``: what a run with no --duration reaches its pass cap on (``simulate`` bounds --passes by the memory
+    their records take only there); a source that runs out has, as its last request shows."""
+    from prefill_delayer.sim.workload import endless as is_endless
+
+    assert is_endless(workload) is endless
+    src = workload.start_source(0)
+    src.bind(4, 1024)
+    src.due(1000.0)
+    assert (src.next_arrival() < math.inf or isinstance(workload, LongPrompt)) is endless
+
+
 def test_next_arrival_is_seen_before_it_is_due():
     src = Poisson(rate=1.0, prompt=Lengths(1, 1), output=Lengths(1, 1)).start_source(3)
     t = src.next_arrival()
