@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..files import Outputs
+from ..workers import jobs_problem
 from ..spec.config import plain
 
 # The formats conformance.plot draws (matplotlib's savefig); each is tested.
@@ -32,8 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "and the machine on every pass that flags plus a random sample)")
     parser.add_argument("--sample", type=float, default=None, metavar="SHARE",
                         help="share of passes the default path also re-fires through the machine (default 0.005)")
-    parser.add_argument("--jobs", type=int, default=None, metavar="N", help="worker processes (default: every core, for logs of "
-                        "more than a few chunks)")
+    parser.add_argument("--jobs", type=int, default=None, metavar="N", help="worker processes, at most the cores (default: every "
+                        "core, for logs of more than a few chunks)")
     parser.add_argument("--digest", metavar="FILE", help="also write this node's digest for --merge (agreement, group "
                         "invariants and whether every rank logged are checked there, across nodes)")
     parser.add_argument("--merge", action="store_true",
@@ -63,8 +64,8 @@ def options_problem(args: Any) -> Optional[str]:
 
     if args.sample is not None and not 0.0 <= args.sample <= 1.0:
         return f"--sample must be a share in [0, 1], got {plain(args.sample)}"
-    if args.jobs is not None and args.jobs < 1:
-        return f"--jobs must be an integer >= 1, got {args.jobs}"
+    if args.jobs is not None and (problem := jobs_problem("--jobs", args.jobs)) is not None:
+        return problem
     if args.merge and (args.traces is not None or args.plot is not None or args.digest is not None or args.exact
                        or args.sample is not None or args.own_profile):
         return ("--merge reads digests, not logs: --traces, --plot, --digest, --exact, --sample and --own-profile "

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ..files import Outputs
+from ..workers import jobs_problem
 from ..spec.config import MAX_WORLD_SIZE, plain
 from ..spec.errors import ConfigError
 from ..spec.registry import all_profiles, known_profile, policies, policy_of, resolve_profile
@@ -95,7 +96,7 @@ def prove_problem(args: Any) -> Optional[str]:
     checks = [
         problem,
         positive_int_problem("--timeout-ms", args.timeout_ms, MAX_TIMEOUT_MS),
-        positive_int_problem("--jobs", args.jobs),
+        jobs_problem("--jobs", args.jobs),
         *(scope_option_problem(pol, opt, getattr(args, option_dest(opt.option))) for pol, opt in scope_options()),
         dp_size_problem(args.dp_size),
         prove_outputs(args).problem(),

@@ -29,7 +29,7 @@ def add_arguments(prove: argparse.ArgumentParser) -> None:
     for _, opt in scope_options():
         prove.add_argument(opt.option, type=opt.type, default=None, metavar=opt.param.split("_")[-1][0].upper(), help=opt.help)
     prove.add_argument("--dp-size", type=int, default=None, metavar="N", help="prove at one dp_size for the layouts without DP attention; default: every dp_size at once")
-    prove.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="processes, one per profile (default: up to 2)")
+    prove.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="processes, one per profile, at most the cores (default: up to 2)")
 
 
 def z3_problem() -> Optional[str]:

@@ -214,7 +214,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    f"policy's verdict per workload and cell; at most {MAX_COUNT} runs in all, the most of any count in "
                    "the spec")
     r.add_argument("--jobs", type=int, metavar="N", default=S, help="with --suite: run N of its runs at once, each in "
-                   "a process of its own (default 1; at most the cores, as each run is single-threaded, and the runs); "
+                   "a process of its own (default 1; at most the cores, as each run is single-threaded); "
                    "the figures are the same as one at a time")
     r.add_argument("--gather", choices=("lockstep", "threads"), default=S, help="in-process gather: one thread in lock-step (default), or a thread per rank over runtime.InProcessGroup")
     r.add_argument("--plot", metavar="PNG", default=S, help="write the figure (needs matplotlib: the [plot] extra)")

@@ -14,9 +14,9 @@ from __future__ import annotations
 import queue
 from typing import Any, Callable, Generic, Iterable, Optional, TypeVar
 
-from ..workers import cores, ended, start_pool
+from ..workers import ended, jobs_problem, start_pool
 from .config import Variant
-from .errors import SimInputError, counted
+from .errors import SimInputError
 
 C = TypeVar("C")
 R = TypeVar("R")
@@ -31,22 +31,13 @@ class Task(Generic[C]):
         self.label, self.case, self.variant = label, case, variant
 
 
-def check_jobs(jobs: object, runs: int, what: str) -> int:
-    """``--jobs``: a whole number of processes, at least 1, and no more than the cores or the ``runs`` (``what`` makes
-    them): each run is one single-threaded process, so a process past the cores only shares them while holding a run
-    of its own in memory, and one past the runs has none to run (``--jobs 1000000`` started a process per run, 330 of
-    them on two cores, where a sweep's thousands of runs would start thousands)."""
+def check_jobs(jobs: object) -> int:
+    """``--jobs``: a whole number of processes, from 1 to the cores (``workers.jobs_problem``, as every subcommand's)."""
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise SimInputError(f"--jobs must be a whole number of processes >= 1, got {jobs!r}")
-    have = cores()
-    if jobs > min(have, runs):
-        if runs < have:
-            why = (f"there {'is' if runs == 1 else 'are'} {counted(runs, 'run')} ({what}), so a process more would have "
-                   "none to run")
-        else:
-            why = (f"this process may run on {counted(have, 'core')}, and each run is one single-threaded process, so "
-                   "a process more would only share them, holding a run of its own in memory")
-        raise SimInputError(f"--jobs {jobs:,}: at most {min(have, runs)} here: {why}")
+    problem = jobs_problem("--jobs", jobs)
+    if problem is not None:
+        raise SimInputError(problem)
     return jobs
 
 
@@ -71,7 +62,7 @@ def run_all(plan: Iterable[Task[C]], total: int, measure: Callable[[C, Variant],
     found: dict[int, R] = {}
     running: dict[int, Task[C]] = {}
     ended_runs: queue.SimpleQueue = queue.SimpleQueue()  # (k, row) as each run ends, or what a worker raised
-    with ended(start_pool(jobs)) as pool:
+    with ended(start_pool(min(jobs, total))) as pool:  # --jobs is the most at once: a worker a run at the most
 
         def start_next() -> None:
             """The plan's next run, handed to the workers (none once the plan is done)."""
@@ -82,7 +73,7 @@ def run_all(plan: Iterable[Task[C]], total: int, measure: Callable[[C, Variant],
                 pool.apply_async(_run, ((k, measure, task.case, task.variant),), callback=ended_runs.put,
                                  error_callback=ended_runs.put)
 
-        for _ in range(2 * jobs):  # a run queued behind each busy worker: none waits on this process's planning
+        for _ in range(2 * min(jobs, total)):  # a run queued behind each busy worker: none waits on this process's planning
             start_next()
         while running:
             got = ended_runs.get()

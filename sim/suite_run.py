@@ -597,6 +597,7 @@ def main(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     if "seed" in given and "seeds" in given:
         raise SimInputError("give --seed N (one run) or --seeds LIST (a run at each), not both")
     ranges = check_seeds(s["seeds"]) if "seeds" in given else [range(s["seed"], s["seed"] + 1)]
+    check_jobs(s["jobs"])
     if scales != [1.0] and all(w.load is None for w in SUITES[name]):
         raise SimInputError(f"--load-scale: no workload of suite {name} has a load to scale (its scenarios keep their own "
                             "arrivals); --suite list shows each suite's")
@@ -618,11 +619,6 @@ def main(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         raise SimInputError(f"--goal {goal}: no other policy to judge it against; give another with --profile")
     if "seeds" in given:
         check_runs(name, profiles, scales, ranges, s["seeds"])
-    runs = runs_asked(name, profiles, scales, ranges)
-    seeds_asked = sum(len(r) for r in ranges)
-    cells = " and ".join([f"{len(scales)} loads"] * (len(scales) > 1) + [counted(seeds_asked, "seed")] * (seeds_asked > 1))
-    check_jobs(s["jobs"], runs, f"suite {name}'s {counted(len(SUITES[name]), 'workload')} x "
-                                f"{counted(len(profiles), 'policy', 'policies')}" + (f" at {cells}" if cells else ""))
     seeds = [seed for r in ranges for seed in r]
     show = s["progress"]
     if show == PROGRESS_AUTO:

@@ -392,6 +392,25 @@ def test_bad_option_fails_before_any_work(no_proofs: None, places: dict[str, str
     assert Path(places["file"]).read_text() == "x\n"  # nothing written over the file
 
 
+@pytest.mark.parametrize("argv", [["prove"], ["check-log", "{dir}"], ["simulate", "--suite", "default", "--no-progress"]],
+                         ids=["prove", "check-log", "simulate"])
+def test_jobs_past_the_cores_is_the_same_line_in_every_subcommand(no_proofs: None, places: dict[str, str],
+                                                                   capsys: pytest.CaptureFixture, argv: list[str]) -> None:
+    """Each subcommand's workers are single-threaded processes: ``--jobs`` past the cores this process may run on is
+    refused by all three alike, before any work (``simulate --suite --jobs 1000000`` forked 330 processes on two cores;
+    ``prove`` and ``check-log`` took any N)."""
+    from prefill_delayer.workers import cores
+
+    have = cores()
+    argv = [a.format(**places) for a in argv] + ["--jobs", str(have + 1)]
+    code, out, err, seconds = _run_cli(capsys, argv)
+    assert (code, out) == (2, "")
+    assert err == (f"prefill-delayer {argv[0]}: --jobs {have + 1:,}: at most {have} here: this process may run on "
+                   f"{have} core{'' if have == 1 else 's'}, and each worker is one single-threaded process, so a process "
+                   "more would only share them, holding work of its own in memory\n"), err
+    assert seconds < 2.0
+
+
 def test_unknown_profile_lists_the_known_names(no_proofs: None, capsys: pytest.CaptureFixture) -> None:
     _, _, err, _ = _run_cli(capsys, ["prove", "--profile", "fast"])
     assert all(name in err for name in PROFILES) and "sglang-0.5.23" in err

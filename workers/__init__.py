@@ -31,6 +31,22 @@ def cores() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 
 
+def jobs_problem(option: str, jobs: int) -> Optional[str]:
+    """Why ``option`` (each subcommand's ``--jobs``) cannot start ``jobs`` workers here, or ``None``: at least one, and
+    at most the cores this process may run on. Every worker is one single-threaded process (a profile's Z3, a chunk of
+    logs, a simulated run), so one past the cores only shares them, holding work of its own in memory: ``simulate
+    --suite --jobs 1000000`` forked a process per run, 330 on two cores. Fewer workers start where there is less work
+    than ``jobs`` (N is the most at once)."""
+    if jobs < 1:
+        return f"{option} must be an integer >= 1, got {jobs}"
+    have = cores()
+    if jobs > have:
+        return (f"{option} {jobs:,}: at most {have} here: this process may run on {have} core{'' if have == 1 else 's'}, "
+                "and each worker is one single-threaded process, so a process more would only share them, holding "
+                "work of its own in memory")
+    return None
+
+
 @contextlib.contextmanager
 def ctrl_c_held() -> Iterator[None]:
     """SIGINT blocked in this thread for the block: a process started in it is born with SIGINT blocked (the mask
