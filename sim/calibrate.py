@@ -245,7 +245,7 @@ def policies(out: Path) -> str:
 
 def _policies_plot(table: dict[str, list[RunResult]], path: Path) -> None:
     """Input throughput relative to ``off`` and TTFT p99, per profile, one marker per workload."""
-    from .plot import _pyplot, _shrink
+    from .plot import _pyplot, save_png
 
     plt = _pyplot()
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10.0, 6.6), dpi=80, sharex=True)
@@ -270,13 +270,11 @@ def _policies_plot(table: dict[str, list[RunResult]], path: Path) -> None:
         ax.tick_params(labelsize=8)
         ax.grid(axis="y", alpha=0.3)
     fig.tight_layout(rect=(0, 0, 1, 0.93))
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    _shrink(str(path))
+    save_png(fig, str(path), dpi=80)
 
 
 def _regimes_plot(values: dict[str, list[float]], path: Path) -> None:
-    from .plot import _pyplot, _shrink
+    from .plot import _pyplot, save_png
 
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(9.0, 3.4), dpi=72)
@@ -291,9 +289,7 @@ def _regimes_plot(values: dict[str, list[float]], path: Path) -> None:
     ax.tick_params(labelsize=7)
     ax.legend(fontsize=7, loc="lower left")
     fig.tight_layout()
-    fig.savefig(path, dpi=72)
-    plt.close(fig)
-    _shrink(str(path))
+    save_png(fig, str(path), dpi=72)
 
 
 def suite_section(out: Path, name: str) -> str:
@@ -307,7 +303,7 @@ def suite_section(out: Path, name: str) -> str:
     started = time.perf_counter()
     cases, rows = run_suite(name, default_profiles(), s, given)
     print(f"(suite {name}: {len(rows)} runs in {time.perf_counter() - started:.0f} s)", file=sys.stderr)
-    plot(cases, rows, s["plot"], f"suite {name}: every policy as a fraction of the bound")
+    plot(cases, rows, s["plot"], f"suite {name}: every policy as a fraction of the bound", s["plot"])
     head, rest = report(name, cases, rows).split("\n\n", 1)  # the header's lines, each its own in Markdown
     return "\n".join([f"### The suite `{name}`", "", "```", "prefill-delayer simulate " + " ".join(argv), "```", "",
                       head.replace("\n", "  \n") + "\n\n" + rest])

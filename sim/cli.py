@@ -498,11 +498,7 @@ def main(args: argparse.Namespace, stdout: Optional[TextIO] = None, stderr: Opti
         if s["plot"] is not None:
             from .plot import plot
 
-            staged = out.path("--plot")
-            try:
-                plot(results, staged, title=plot_title(s, given))
-            except SimInputError as exc:
-                raise SimInputError(str(exc).replace(staged, s["plot"])) from None
+            plot(results, out.path("--plot"), title=plot_title(s, given), name=s["plot"])
         if s["json"] is not None:
             out.write("--json", to_json(results, s["scenario"]) + "\n")
     stdout.write(report(results, s["wide"]) + "\n")

@@ -232,19 +232,28 @@ def _series_labels(fig: Any, labels: Sequence[str], ncol: int, width: float) -> 
     return wrapped
 
 
-def plot(results: Sequence[RunResult], path: str, title: str = "", dpi: int = 72) -> None:
-    """Save the figure of ``results`` as a PNG at ``path``, its text sized by ``FONTS``."""
+def plot(results: Sequence[RunResult], path: str, title: str = "", dpi: int = 72, name: str = "") -> None:
+    """Save the figure of ``results`` as a PNG at ``path``, its text sized by ``FONTS`` (``name``: as ``save_png``'s)."""
     plt = _pyplot()
     with plt.rc_context(FONTS):
         fig = figure(results, title, dpi)
-        try:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            fig.savefig(path, dpi=dpi)
-            _shrink(path)
-        except OSError as exc:  # a full disk: worded as every output's failed write, naming --plot and its file
-            raise SimInputError(str(write_failed(f"--plot {path}", exc))) from None
-        finally:
-            plt.close(fig)
+        save_png(fig, path, name, dpi=dpi)
+
+
+def save_png(fig: Any, path: str, name: str = "", colors: int = 64, **savefig: Any) -> None:
+    """``fig`` written to ``path`` as a palette PNG of ``colors`` colours (``_shrink``), and closed: every figure of
+    ``simulate`` (a run's, a suite's, a sweep's, the document's). ``path`` is usually the staged temporary of
+    ``files.Outputs``; ``name`` is ``--plot``'s file as the user gave it (else ``path``), which a failed write (a full
+    disk) names, worded as every output's (``files.write_failed``): ``--plot FILE: cannot write it: No space left on
+    device``."""
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, format="png", **savefig)
+        _shrink(path, colors=colors)
+    except OSError as exc:
+        raise SimInputError(str(write_failed(f"--plot {name or path}", exc))) from None
+    finally:
+        _pyplot().close(fig)
 
 
 def figure(results: Sequence[RunResult], title: str = "", dpi: int = 72) -> Any:

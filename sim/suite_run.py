@@ -392,9 +392,9 @@ def suite_doc(name: str, cases: Sequence[Case], rows: Sequence[Row], wall_s: flo
     return doc
 
 
-def plot(cases: Sequence[Case], rows: Sequence[Row], path: str, title: str) -> None:
+def plot(cases: Sequence[Case], rows: Sequence[Row], path: str, title: str, name: str = "") -> None:
     """Three heatmaps, policy x workload: input tok/s, TTFT p50 and TTFT p99 as a fraction of the bound."""
-    from .plot import _pyplot, _shrink
+    from .plot import _pyplot, save_png
 
     plt = _pyplot()
     names = [c.spec.name for c in cases]
@@ -419,9 +419,7 @@ def plot(cases: Sequence[Case], rows: Sequence[Row], path: str, title: str) -> N
         bar.set_label("% of the bound", fontsize=8)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 0.98))
-    fig.savefig(path, format="png")
-    plt.close(fig)
-    _shrink(path, colors=256)
+    save_png(fig, path, name, colors=256)
 
 
 # Options of a single run that a suite refuses for a reason of their own (the rest: each workload has its settings).
@@ -639,7 +637,8 @@ def main(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
             out.write("--json", to_json(name, cases, rows, wall, None if table is None else (goal, table), scale,
                                         s["seed"]) + "\n")
         if s["plot"]:
-            plot(cases, rows, out.path("--plot"), f"suite {name}{scaled(scale)}: every policy as a fraction of the bound")
+            plot(cases, rows, out.path("--plot"), f"suite {name}{scaled(scale)}: every policy as a fraction of the bound",
+                 s["plot"])
     check_logs_whole((f"{r.workload} {r.policy}", r.log_failures) for r in rows)
     return 0
 

@@ -290,14 +290,11 @@ def sweep_figure(sweep: Sweep) -> Any:
     return fig
 
 
-def plot(sweep: Sweep, path: str) -> None:
-    """``sweep_figure`` written to ``path`` as a PNG."""
-    from .plot import _pyplot, _shrink
+def plot(sweep: Sweep, path: str, name: str = "") -> None:
+    """``sweep_figure`` written to ``path`` as a PNG (``name``: as ``plot.save_png``)."""
+    from .plot import save_png
 
-    fig = sweep_figure(sweep)
-    fig.savefig(path, format="png")
-    _pyplot().close(fig)
-    _shrink(path)
+    save_png(sweep_figure(sweep), path, name)
 
 
 def sweep(name: str, profiles: Sequence[str], scales: Sequence[float], seeds: Sequence[int], goal: Optional[str],
@@ -329,7 +326,7 @@ def sweep(name: str, profiles: Sequence[str], scales: Sequence[float], seeds: Se
             out.write("--json", json.dumps({"suite": name, "load_scales": list(scales), "seeds": list(seeds),
                                             "wall_s": result.wall_s, "runs": runs}, indent=1) + "\n")
         if s["plot"]:
-            plot(result, out.path("--plot"))
+            plot(result, out.path("--plot"), s["plot"])
     check_logs_whole((f"{cell_label(scales, seeds, c.scale, c.seed)} {r.workload} {r.policy}", r.log_failures)
                      for c in cells for r in c.rows)
     return 0

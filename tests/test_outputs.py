@@ -501,9 +501,9 @@ def test_simulate_writes_no_json_when_its_plot_fails(monkeypatch: pytest.MonkeyP
     from prefill_delayer.sim import plot as sim_plot
     from prefill_delayer.sim.errors import SimInputError
 
-    def broken(results: Any, path: str, title: str = "") -> None:
+    def broken(results: Any, path: str, title: str = "", name: str = "") -> None:
         Path(path).write_bytes(b"half a figure")
-        raise SimInputError(f"--plot {path}: the figure failed")
+        raise SimInputError(f"--plot {name or path}: the figure failed")
 
     monkeypatch.setattr(sim_plot, "plot", broken)
     err = refused([*SIM, "--json", str(tmp_path / "s.json"), "--plot", str(tmp_path / "s.png")],
@@ -529,17 +529,23 @@ def test_check_log_plot_on_a_full_disk_is_named_and_leaves_nothing(seed_logs: Pa
     assert report.read_text() == '{"old": true}\n' and tree(tmp_path) == ["r.json"]
 
 
+SUITE = ["simulate", "--suite", "calibration", "--profile", "off", "--duration", "2", "--no-progress"]
+
+
 @pytest.mark.skipif(not HAVE_MATPLOTLIB, reason="--plot needs matplotlib")
 @pytest.mark.parametrize("room", [0, 10_000])
+@pytest.mark.parametrize("argv", [SIM, SUITE, [*SUITE, "--seeds", "0-1"]], ids=["run", "suite", "sweep"])
 def test_simulate_plot_on_a_full_disk_is_named_as_every_failed_write_and_leaves_nothing(monkeypatch: pytest.MonkeyPatch,
-                                                                                        tmp_path: Path, room: int) -> None:
-    """It said ``--plot FILE: No space left on device``, where every other output says ``cannot write it`` (the
-    wording of ``files.write_failed``). An output already there stays whole."""
+                                                                                        tmp_path: Path, room: int,
+                                                                                        argv: list[str]) -> None:
+    """A run's figure said ``--plot FILE: No space left on device``, a suite's and a sweep's ``[Errno 28] No space left
+    on device`` naming nothing, where every other output says ``cannot write it`` (the wording of
+    ``files.write_failed``). An output already there stays whole."""
     report = tmp_path / "s.json"
     report.write_text('{"old": true}\n')
     plot = tmp_path / "p" / "s.png"
     with full_disk(monkeypatch, plot.parent, room):
-        err = refused([*SIM, "--json", str(report), "--plot", str(plot)])
+        err = refused([*argv, "--json", str(report), "--plot", str(plot)])
     full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     assert err == f"prefill-delayer simulate: {files.write_failed(f'--plot {plot}', full)}\n"
     assert report.read_text() == '{"old": true}\n' and tree(tmp_path) == ["s.json"]

@@ -308,7 +308,7 @@ def test_the_sweep_figure_draws_throughput_too_labels_every_log_axis_and_hides_n
     from prefill_delayer.sim import suite_sweep
 
     figures = []
-    monkeypatch.setattr(suite_sweep, "plot", lambda sweep, path: figures.append(suite_sweep.sweep_figure(sweep)))
+    monkeypatch.setattr(suite_sweep, "plot", lambda sweep, path, name="": figures.append(suite_sweep.sweep_figure(sweep)))
     assert cli(["simulate", "--suite", "default", "--duration", "30", "--profile", "off", "--profile", "aligned",
                 "--profile", "seed", "--profile", "sglang-0.5.17", "--load-scale", "0.9", "--load-scale", "1.1",
                 "--plot", str(tmp_path / "s.png")]) == 0
