@@ -81,6 +81,8 @@ DECISION_LOG_ENV = "PREFILL_DELAYER_DECISION_LOG"
 MAX_MB_ENV = "PREFILL_DELAYER_DECISION_LOG_MAX_MB"
 KEEP_ENV = "PREFILL_DELAYER_DECISION_LOG_KEEP"
 ROWS_ENV = "PREFILL_DELAYER_DECISION_LOG_ROWS"
+# How the log is written: read with a log to write (the variable's, or a path in code), never on their own.
+HOW_ENVS = (MAX_MB_ENV, KEEP_ENV, ROWS_ENV)
 FORMAT = LOG_FORMAT
 DEFAULT_MAX_BYTES = 256 * 2**20
 DEFAULT_BACKUP_COUNT = 8
@@ -164,13 +166,28 @@ def _env_rows() -> str:
     return raw or MODE_COMPACT
 
 
+def _refuse_how_without_log() -> None:
+    """``ConfigError`` naming the ``HOW_ENVS`` set while no log is asked for: taken silently, a log the operator sized
+    or asked in full would simply not exist (as ``PREFILL_DELAYER_PARAMS`` without a profile, nothing to apply to)."""
+    given = [f"{name}={os.environ[name]!r}" for name in HOW_ENVS if os.environ.get(name, "").strip()]
+    if not given:
+        return
+    if len(given) == 1:
+        raise ConfigError(f"{given[0]} needs {DECISION_LOG_ENV}, the decision log whose setting it is (set "
+                          f"{DECISION_LOG_ENV}=DIR to write the log, or unset it)")
+    raise ConfigError(f"{', '.join(given[:-1])} and {given[-1]} need {DECISION_LOG_ENV}, the decision log whose settings "
+                      f"they are (set {DECISION_LOG_ENV}=DIR to write the log, or unset them)")
+
+
 def options_from(decision_log: Any) -> Optional[DecisionLogOptions]:
-    """The constructor's ``decision_log=`` (``None``: the environment decides; ``False``: off) as options."""
+    """The constructor's ``decision_log=`` (``None``: the environment decides; ``False``: off) as options;
+    ``ConfigError`` for a bad variable, or one of ``HOW_ENVS`` set where the environment asks for no log."""
     if decision_log is False:
         return None
     if decision_log is None:
         where = os.environ.get(DECISION_LOG_ENV, "").strip()
         if not where:
+            _refuse_how_without_log()
             return None
         return DecisionLogOptions(
             Path(where),

@@ -23,7 +23,9 @@ from prefill_delayer.runtime import (
     ServerArgs,
     run_ranks,
 )
-from prefill_delayer.runtime.decision_log import DECISION_LOG_ENV, DecisionLogOptions, open_decision_log
+from prefill_delayer.runtime.decision_log import (
+    DECISION_LOG_ENV, KEEP_ENV, MAX_MB_ENV, ROWS_ENV, DecisionLogOptions, open_decision_log, options_from,
+)
 from prefill_delayer.spec import Config, ConfigError
 from delayer_spec import ROW_FIELDS
 from prefill_delayer.spec.hashing import spec_hash
@@ -293,6 +295,42 @@ def test_bad_size_variables_are_config_errors(monkeypatch: pytest.MonkeyPatch, t
     monkeypatch.setenv("PREFILL_DELAYER_DECISION_LOG_MAX_MB", "lots")
     with pytest.raises(ConfigError, match="PREFILL_DELAYER_DECISION_LOG_MAX_MB"):
         _delayer(1, lambda row: [list(row)])
+
+
+@pytest.mark.parametrize("given, message", [
+    ({MAX_MB_ENV: "64"}, "PREFILL_DELAYER_DECISION_LOG_MAX_MB='64' needs PREFILL_DELAYER_DECISION_LOG, the decision log "
+                         "whose setting it is (set PREFILL_DELAYER_DECISION_LOG=DIR to write the log, or unset it)"),
+    ({KEEP_ENV: "0"}, "PREFILL_DELAYER_DECISION_LOG_KEEP='0' needs PREFILL_DELAYER_DECISION_LOG, the decision log "
+                      "whose setting it is (set PREFILL_DELAYER_DECISION_LOG=DIR to write the log, or unset it)"),
+    ({MAX_MB_ENV: "64", KEEP_ENV: "2", ROWS_ENV: "full"},
+     "PREFILL_DELAYER_DECISION_LOG_MAX_MB='64', PREFILL_DELAYER_DECISION_LOG_KEEP='2' and "
+     "PREFILL_DELAYER_DECISION_LOG_ROWS='full' need PREFILL_DELAYER_DECISION_LOG, the decision log whose settings they "
+     "are (set PREFILL_DELAYER_DECISION_LOG=DIR to write the log, or unset them)"),
+])
+def test_how_the_log_is_written_without_a_log_to_write_is_a_config_error(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, given: dict[str, str], message: str) -> None:
+    """The size, the files kept and the rows shape a log: set without PREFILL_DELAYER_DECISION_LOG they were taken
+    without a word and no log was written (as PREFILL_DELAYER_PARAMS without a profile, which stops). With a log in
+    code (decision_log=PATH) they apply to it; decision_log=False turns the log off whatever the environment says."""
+    monkeypatch.delenv(DECISION_LOG_ENV, raising=False)
+    for name in (MAX_MB_ENV, KEEP_ENV, ROWS_ENV):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in given.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as info:
+        _delayer(1, lambda row: [list(row)])
+    assert str(info.value) == message
+    assert _delayer(1, lambda row: [list(row)], decision_log=False).decision_log is None
+    on = options_from(tmp_path / "decision.jsonl")
+    assert on is not None and (on.max_bytes, on.backup_count) == (int(given.get(MAX_MB_ENV, 256)) * 2**20,
+                                                                   int(given.get(KEEP_ENV, 8)))
+
+
+def test_a_blank_size_variable_without_a_log_is_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(DECISION_LOG_ENV, raising=False)
+    for name in (MAX_MB_ENV, KEEP_ENV, ROWS_ENV):
+        monkeypatch.setenv(name, " ")
+    assert _delayer(1, lambda row: [list(row)]).decision_log is None
 
 
 # ----- imports ---------------------------------------------------------------------------------
