@@ -96,6 +96,23 @@ def test_params_without_a_profile_stops_the_process_saying_it_needs_one(env: dic
     assert "Traceback" not in done.stderr and "Failed to execute general plugin" not in done.stderr
 
 
+@pytest.mark.parametrize("env, says", [
+    ({"PREFILL_DELAYER_DECISION_LOG_MAX_MB": "64"},
+     "PREFILL_DELAYER_DECISION_LOG_MAX_MB='64' needs PREFILL_DELAYER_DECISION_LOG, the decision log whose setting it is "
+     "(set PREFILL_DELAYER_DECISION_LOG=DIR to write the log, or unset it)"),
+    ({"PREFILL_DELAYER_DECISION_LOG": "logs", "PREFILL_DELAYER_DECISION_LOG_ROWS": "all"},
+     "PREFILL_DELAYER_DECISION_LOG_ROWS='all': expected compact (the default) or full"),
+])
+def test_the_decision_logs_variables_are_checked_at_start_up(env: dict[str, str], says: str) -> None:
+    """The delayer reads them when the scheduler builds it, after the model loads: a size without a log was taken
+    without a word, a bad value was a traceback in SGLang's 'Scheduler hit an exception'. The plugin reads them as
+    it registers, in every process that loads plugins (the launcher's first), and stops with one line."""
+    done = run_python(_LOAD, {"PREFILL_DELAYER_PROFILE": "hardened", **env})
+    assert done.returncode == 1 and done.stdout == "", done.stderr
+    assert done.stderr.strip().splitlines()[-1] == f"prefill-delayer: {says}", done.stderr
+    assert "Traceback" not in done.stderr and "Failed to execute general plugin" not in done.stderr
+
+
 @pytest.mark.parametrize("setting, says", [
     ("nonsense", "unknown profile 'nonsense': expected one of seed, sglang-0.5.17, sglang-0.5.19, sglang-0.5.22, hardened"),
     ("sglang-0.5.13", "unknown profile 'sglang-0.5.13'"),
@@ -139,6 +156,74 @@ def test_the_plugin_sets_the_profiles_own_parameters_and_stops_on_a_bad_one() ->
         last = done.stderr.strip().splitlines()[-1]
         assert last.startswith("prefill-delayer: PREFILL_DELAYER_PROFILE='aligned': ") and says in last, (params, last)
         assert "Traceback" not in done.stderr
+
+
+# A scheduler module (SGLang's own does not import here) whose init_schedule_policy decides as the case says: a delayer
+# built or none. The flag is in two places, given apart: SGLang's runtime context (where 0.5.17 on reads it) and the
+# scheduler's server_args (where 0.5.14-0.5.16 read it); the plugin must read the one its release reads.
+_START_UP = """
+    import logging, os, sys, types
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
+    import sglang
+    sglang.__version__ = os.environ["RELEASE"]
+    import torch.distributed as dist
+    from sglang_harness import layout_widths, publish_context
+
+    class Scheduler:
+        def __init__(self):
+            self.server_args = types.SimpleNamespace(enable_prefill_delayer=os.environ["ARGS_FLAG"] == "1")
+        def init_schedule_policy(self):
+            self.prefill_delayer = object() if os.environ["BUILT"] == "1" else None
+        def _should_defer_prefill(self, running_batch):  # 0.5.23's, which the plugin hooks too
+            return False
+    module = types.ModuleType("sglang.srt.managers.scheduler")
+    module.Scheduler = Scheduler
+    sys.modules[module.__name__] = module
+    from sglang.srt.plugins import load_plugins
+    load_plugins()
+    dist.init_process_group("gloo", init_method="file://" + os.environ["INIT_FILE"], rank=0, world_size=1)
+    try:
+        publish_context(0, 1, layout_widths(1), {"enable_prefill_delayer": os.environ["CONTEXT_FLAG"] == "1"})
+        Scheduler().init_schedule_policy()
+    finally:
+        dist.destroy_process_group()
+    print("went on")
+"""
+
+
+@pytest.mark.parametrize("release, profile, context_flag, args_flag, built, stops", [
+    ("0.5.23", "hardened", False, True, False, True),  # no flag: SGLang built none, the profile would decide nothing
+    ("0.5.23", "hardened", True, False, False, False),  # the flag, none built: SGLang's own decision (decode), logged
+    ("0.5.23", "hardened", True, False, True, False),
+    ("0.5.23", None, False, False, False, False),  # no profile: SGLang's own way, nothing hooked
+    ("0.5.16", "hardened", True, False, False, True),  # 0.5.14-0.5.16 read the flag off server_args
+    ("0.5.16", "hardened", False, True, False, False),
+])
+def test_a_profile_where_the_scheduler_builds_no_delayer_for_want_of_the_flag_stops_it(
+        tmp_path: Path, release: str, profile: Any, context_flag: bool, args_flag: bool, built: bool, stops: bool) -> None:
+    """PREFILL_DELAYER_PROFILE set and --enable-prefill-delayer not: the scheduler went on without a delayer, the
+    profile deciding nothing, and nothing said so. The plugin's AFTER hook on Scheduler.init_schedule_policy (applied
+    by SGLang's own load_plugins) stops it with one line where no delayer was built and the flag, read where the
+    release reads it, is unset."""
+    from prefill_delayer.integrations.sglang.enablement import missing_flag
+
+    env = {"RELEASE": release, "CONTEXT_FLAG": str(int(context_flag)), "ARGS_FLAG": str(int(args_flag)),
+           "BUILT": str(int(built)), "INIT_FILE": str(tmp_path / "init")}
+    done = run_python(_START_UP, {**env, **({} if profile is None else {"PREFILL_DELAYER_PROFILE": profile})})
+    if stops:
+        assert done.returncode == 1 and done.stdout == "", done.stderr
+        assert done.stderr.strip().splitlines()[-1] == missing_flag(profile), done.stderr
+        assert "Traceback" not in done.stderr
+    else:
+        assert done.returncode == 0 and done.stdout == "went on\n", done.stderr
+    hooked = "Applied 1 hook(s) to sglang.srt.managers.scheduler.Scheduler.init_schedule_policy"
+    assert (hooked in done.stderr) == (profile is not None), done.stderr
+
+
+def test_the_readme_shows_the_line_a_scheduler_without_the_flag_stops_with() -> None:
+    from prefill_delayer.integrations.sglang.enablement import missing_flag
+
+    assert f"\n{missing_flag('aligned')}\n" in (TESTS.parent / "README.md").read_text(encoding="utf-8")
 
 
 def test_sglang_means_the_installed_release_and_an_unknown_one_stops() -> None:

@@ -96,7 +96,11 @@ _BARE_SCHEDULER = """
     s.tree_cache = None  # prefix caching off: the policy falls back to FCFS
     s.init_metrics_collector()
     s.init_metrics_reporter()
-    s.init_schedule_policy()
+    try:
+        s.init_schedule_policy()
+    except BaseException:  # a scheduler stopped here (the plugin's SystemExit): its group goes first, see TEARDOWN
+        dist.destroy_process_group()
+        raise
 """
 
 _SCHEDULER_PROCESS = _BARE_SCHEDULER + """
@@ -364,6 +368,46 @@ def test_prefill_decode_interval_min_bs_with_ours_raises_desync_on_both_ranks_in
         in e0["message"], e0
     assert e0["passes"] == e1["passes"] == 2  # the delayer's passes 1 and 4; the state is as before pass 5
     assert out0[-1] == out1[-1] == {"done": True}
+
+
+# ----- a profile chosen, and no delayer enabled: SGLang's init_schedule_policy decides, the plugin reads it ----------
+
+_BUILT = _BARE_SCHEDULER + """
+    dist.destroy_process_group()  # before exit: see TEARDOWN above
+    print(json.dumps({{"built": s.prefill_delayer is not None}}))
+"""
+
+
+def _start_up(setting: str, schedule: dict[str, Any], tmp: Path, name: str) -> list[subprocess.CompletedProcess]:
+    """Two scheduler processes' start-up, up to the delayer SGLang's own ``init_schedule_policy`` builds (or not)."""
+    script = _BUILT.format(no_scheduler=NO_SCHEDULER, world=WORLD, layout=LAYOUT, schedule=schedule)
+    return _run_schedulers(script, setting, tmp, name, lambda rank: {})
+
+
+def test_a_profile_without_enable_prefill_delayer_stops_each_scheduler_with_one_line(tmp_path: Path) -> None:
+    """PREFILL_DELAYER_PROFILE set, --enable-prefill-delayer not: SGLang's init_schedule_policy builds no delayer, so
+    the profile decides nothing. Each scheduler went on without a word (built false, exit 0, the plugin's line
+    pending); now each stops there with one line naming the variable and the flag (the plugin's AFTER hook on
+    init_schedule_policy), no traceback."""
+    from prefill_delayer.integrations.sglang.enablement import missing_flag
+
+    for done in _start_up("aligned", {**SCHEDULE, "enable_prefill_delayer": False}, tmp_path, "no-flag"):
+        assert done.returncode == 1 and done.stdout == "", said(done.returncode, done.stdout, done.stderr)
+        assert done.stderr.strip().splitlines()[-1] == missing_flag("aligned"), done.stderr
+        assert missing_flag("aligned").startswith(
+            "prefill-delayer: PREFILL_DELAYER_PROFILE=aligned is set but SGLang runs without --enable-prefill-delayer: ")
+        assert "Traceback" not in done.stderr and "Failed to apply hooks" not in done.stderr, done.stderr
+
+
+def test_on_a_decode_engine_sglang_says_why_it_builds_no_delayer_and_the_scheduler_goes_on(tmp_path: Path) -> None:
+    """With the flag on a PD-disaggregation decode engine SGLang itself builds no delayer and logs why: its decision,
+    in its words; the plugin does not stop that scheduler."""
+    from prefill_delayer.integrations.sglang.enablement import FLAG
+
+    for done in _start_up("aligned", {**SCHEDULE, "disaggregation_mode": "decode"}, tmp_path, "decode"):
+        assert done.returncode == 0 and json.loads(done.stdout) == {"built": False}, \
+            said(done.returncode, done.stdout, done.stderr)
+        assert f"Ignoring {FLAG} on decode engine" in done.stderr and "prefill-delayer:" not in done.stderr, done.stderr
 
 
 # ----- a mixed rollout through the scheduler's own start-up: PREFILL_DELAYER_PROFILE set on one rank only ----------

@@ -33,7 +33,8 @@ def publish_context(rank: int, world: int, layout: dict[str, Any], schedule: dic
     from sglang.srt.distributed.parallel_state import GroupCoordinator
     from sglang.srt.server_args import ServerArgs
 
-    server_args = ServerArgs(model_path="dummy", device="cpu", enable_prefill_delayer=True, **layout, **schedule)
+    # the delayer on, as --enable-prefill-delayer turns it on, unless ``schedule`` says otherwise
+    server_args = ServerArgs(model_path="dummy", device="cpu", **{"enable_prefill_delayer": True, **schedule}, **layout)
     rc.get_parallel().clear_stamp()  # a second layout in the same process starts afresh
     derived_leaves = rc._install_derived_leaves
     rc._install_derived_leaves = lambda tops, sa: None  # see the module docstring

@@ -9,7 +9,10 @@ with classes that have the installed release's constructor and decide as that
 profile, and logs one line naming the profile and the spec hash. In a
 scheduler process of a release that defers prefill per rank (0.5.23), it also
 hooks ``Scheduler._should_defer_prefill`` (AFTER): a deferred pass takes part in
-the delayer's all-gather (``deferral``), and the line says so. A profile that
+the delayer's all-gather (``deferral``), and the line says so. In every scheduler
+process it hooks ``Scheduler.init_schedule_policy`` (AFTER): a scheduler that
+built no delayer because ``--enable-prefill-delayer`` is unset stops with one
+line, since the profile would decide nothing (``enablement``). A profile that
 reads inputs from the scheduler itself (``HostBinding.reads``: ``aligned``'s chunk
 in flight and queue) gets a BEFORE hook where each is read (``readings``), and the
 line names it; a release where one cannot be read is refused. A profile whose
@@ -18,7 +21,9 @@ chunk's reading and the hold as one AROUND hook instead (``chunk_hold``).
 ``PREFILL_DELAYER_PARAMS`` (``NAME=VALUE[,NAME=VALUE]``) sets the profile's
 parameters that SGLang keeps nowhere (``aligned``'s ``quorum_percent``, say),
 checked at start-up; the line names them. Set without ``PREFILL_DELAYER_PROFILE``
-it stops the process: there is no profile for them to be parameters of.
+it stops the process: there is no profile for them to be parameters of. The
+decision log's variables (``PREFILL_DELAYER_DECISION_LOG`` and its ``_MAX_MB``,
+``_KEEP``, ``_ROWS``) are checked at start-up too, as the delayers will read them.
 
 A bad value must stop the server, never leave SGLang's own delayer running:
 ``load_plugins`` logs and swallows any ``Exception`` a plugin raises, so
@@ -35,7 +40,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from . import chunk_hold, deferral, readings
+from . import chunk_hold, deferral, enablement, readings
 from .announce import PARAMS_ENV, PROFILE_ENV, announce
 
 INSTALLED = "sglang"  # the value that means: the installed release's own profile
@@ -191,6 +196,7 @@ def register() -> None:
             raise SystemExit(f"prefill-delayer: {PARAMS_ENV}={params!r} needs {PROFILE_ENV}, the profile whose parameters "
                              f"they are (unset {PARAMS_ENV} for SGLang's own delayer)")
         return
+    _check_decision_log()
     try:
         choice = resolve(setting, parse_params(os.environ.get(PARAMS_ENV, "")))
         from sglang.srt.plugins.hook_registry import HookRegistry, HookType
@@ -200,6 +206,8 @@ def register() -> None:
         guarded = deferral.needs_guard(choice.release) and deferral.scheduler_loaded()
         if guarded:
             HookRegistry.register(deferral.TARGET, deferral.skip_deferred_pass, HookType.AFTER)
+        if deferral.scheduler_loaded():  # a scheduler process: it must build a delayer for the profile to run
+            HookRegistry.register(enablement.TARGET, _delayer_required(choice), HookType.AFTER)
         reads = _readings(choice, readings.scheduler_loaded())
         for reading in reads:
             if _holds_at(choice, reading):  # the chunk's reading and the hold in one hook: it negotiates first
@@ -210,6 +218,34 @@ def register() -> None:
         raise SystemExit(f"prefill-delayer: {PROFILE_ENV}={setting!r}: {err}") from err
     announce(choice.release, choice.profile, choice.setting, "plugin", guarded, _shown(choice, reads),
              choice.max_prefill_bs, choice.params)
+
+
+def _check_decision_log() -> None:
+    """The decision log's variables (``PREFILL_DELAYER_DECISION_LOG_*``), read now as every delayer of this process
+    will read them: a bad one stops the server at start-up with one line, not each scheduler after its model loads,
+    inside SGLang's traceback."""
+    from ...runtime.decision_log import options_from
+    from ...spec.errors import ConfigError
+
+    try:
+        options_from(None)
+    except ConfigError as err:
+        raise SystemExit(f"prefill-delayer: {err}") from None
+
+
+def _delayer_required(choice: Choice) -> Any:
+    """``enablement``'s AFTER hook of ``Scheduler.init_schedule_policy`` for the choice, its method checked here: a hook
+    the framework failed to apply would be logged and skipped, and the missing flag go unsaid again."""
+    if choice.release not in enablement.FLAG_READ:
+        raise PluginError(f"SGLang {choice.release}: where its scheduler reads {enablement.FLAG} is not known to this "
+                          f"plugin (known: {', '.join(enablement.FLAG_READ)})")
+    module, cls, method = enablement.TARGET.rsplit(".", 2)
+    try:
+        getattr(getattr(importlib.import_module(module), cls), method)
+    except (ImportError, AttributeError) as err:
+        raise PluginError(f"the scheduler's {cls}.{method}, where SGLang builds its delayer, does not load here "
+                          f"({type(err).__name__}: {err})") from None
+    return enablement.require_delayer(choice.release, choice.setting)
 
 
 def _hold_hook(choice: Choice, reading: Any) -> Any:
