@@ -113,6 +113,30 @@ def test_the_decision_logs_variables_are_checked_at_start_up(env: dict[str, str]
     assert "Traceback" not in done.stderr and "Failed to execute general plugin" not in done.stderr
 
 
+@pytest.mark.parametrize("env, given", [
+    ({"PREFILL_DELAYER_DECISION_LOG": "logs"}, "PREFILL_DELAYER_DECISION_LOG='logs'"),
+    ({"PREFILL_DELAYER_PROFILE": "", "PREFILL_DELAYER_DECISION_LOG": "logs", "PREFILL_DELAYER_DECISION_LOG_KEEP": "2"},
+     "PREFILL_DELAYER_DECISION_LOG='logs', PREFILL_DELAYER_DECISION_LOG_KEEP='2'"),
+    ({"PREFILL_DELAYER_DECISION_LOG_ROWS": "full"}, "PREFILL_DELAYER_DECISION_LOG_ROWS='full'"),
+])
+def test_the_decision_log_without_a_profile_stops_the_process_saying_it_needs_one(env: dict[str, str], given: str) -> None:
+    """The log is this package's delayer's: without PREFILL_DELAYER_PROFILE SGLang's own delayer ran and the log the
+    operator asked for was never written, without a word."""
+    done = run_python(_LOAD, env)
+    assert done.returncode == 1 and done.stdout == "", done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"prefill-delayer: {given} set without PREFILL_DELAYER_PROFILE: SGLang's own delayer writes no decision log (set "
+        "PREFILL_DELAYER_PROFILE=sglang for the installed release's own profile, with its log, or unset the log's "
+        "variables)"), done.stderr
+    assert "Traceback" not in done.stderr and "Failed to execute general plugin" not in done.stderr
+
+
+def test_the_way_out_the_message_gives_is_taken_at_start_up(tmp_path: Path) -> None:
+    """The way out the line above gives, PREFILL_DELAYER_PROFILE=sglang beside the log's variable, starts."""
+    done = run_python(_LOAD, {"PREFILL_DELAYER_PROFILE": "sglang", "PREFILL_DELAYER_DECISION_LOG": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+
+
 @pytest.mark.parametrize("setting, says", [
     ("nonsense", "unknown profile 'nonsense': expected one of seed, sglang-0.5.17, sglang-0.5.19, sglang-0.5.22, hardened"),
     ("sglang-0.5.13", "unknown profile 'sglang-0.5.13'"),

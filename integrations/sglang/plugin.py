@@ -188,13 +188,14 @@ def _readings(choice: Choice, scheduler_process: bool) -> tuple:
 
 def register() -> None:
     """The entry point: REPLACE SGLang's two classes when ``PREFILL_DELAYER_PROFILE`` is set; else nothing (but stop
-    when ``PREFILL_DELAYER_PARAMS`` is set without it)."""
+    when ``PREFILL_DELAYER_PARAMS`` or the decision log's variables are set without it)."""
     setting = os.environ.get(PROFILE_ENV, "")
     if setting == "":
         params = os.environ.get(PARAMS_ENV, "")
         if params.strip():  # a profile's parameters, and no profile: dropping them would leave SGLang's delayer running
             raise SystemExit(f"prefill-delayer: {PARAMS_ENV}={params!r} needs {PROFILE_ENV}, the profile whose parameters "
                              f"they are (unset {PARAMS_ENV} for SGLang's own delayer)")
+        _no_log_without_profile()
         return
     _check_decision_log()
     try:
@@ -218,6 +219,19 @@ def register() -> None:
         raise SystemExit(f"prefill-delayer: {PROFILE_ENV}={setting!r}: {err}") from err
     announce(choice.release, choice.profile, choice.setting, "plugin", guarded, _shown(choice, reads),
              choice.max_prefill_bs, choice.params)
+
+
+def _no_log_without_profile() -> None:
+    """The decision log is written by this package's delayer, which runs only under a profile: SGLang's own writes
+    none, so ``PREFILL_DELAYER_DECISION_LOG`` (or how it is written) without a profile was taken without a word, and
+    the log the operator asked for never existed."""
+    from ...runtime.decision_log import DECISION_LOG_ENV, HOW_ENVS
+
+    given = [f"{name}={os.environ[name]!r}" for name in (DECISION_LOG_ENV, *HOW_ENVS) if os.environ.get(name, "").strip()]
+    if given:
+        raise SystemExit(f"prefill-delayer: {', '.join(given)} set without {PROFILE_ENV}: SGLang's own delayer writes no "
+                         f"decision log (set {PROFILE_ENV}=sglang for the installed release's own profile, with its log, "
+                         "or unset the log's variables)")
 
 
 def _check_decision_log() -> None:
