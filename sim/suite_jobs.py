@@ -33,8 +33,8 @@ class Task(Generic[C]):
 
 def check_jobs(jobs: object) -> int:
     """``--jobs``: a whole number of processes, from 1 to the cores (``workers.jobs_problem``, as every subcommand's)."""
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise SimInputError(f"--jobs must be a whole number of processes >= 1, got {jobs!r}")
+    if isinstance(jobs, bool) or not isinstance(jobs, int):
+        raise SimInputError(f"--jobs must be an integer >= 1, got {jobs!r}")
     problem = jobs_problem("--jobs", jobs)
     if problem is not None:
         raise SimInputError(problem)

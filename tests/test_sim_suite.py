@@ -374,7 +374,7 @@ def test_log_ticks_label_a_narrow_a_middling_and_a_wide_range():
     (["--suite", "default", "--seeds", "0,,1"], "--seeds takes seeds and ranges of seeds >= 0"),
     (["--suite", "default", "--seeds", "0-2,1"], "--seeds: seed 1 is given twice in '0-2,1'"),
     (["--suite", "default", "--seeds", "0-1", "--seed", "2"], "give --seed N (one run) or --seeds LIST (a run at each), not both"),
-    (["--suite", "default", "--jobs", "0"], "--jobs must be a whole number of processes >= 1, got 0"),
+    (["--suite", "default", "--jobs", "0"], "--jobs must be an integer >= 1, got 0"),
     (["--rate", "3", "--seeds", "0-1"], "--seeds applies with --suite only"),
     (["--rate", "3", "--jobs", "2"], "--jobs applies with --suite only"),
 ])
