@@ -22,6 +22,8 @@ from typing import Any, Optional
 
 import pytest
 
+from prefill_delayer.workers import cores
+
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -190,10 +192,12 @@ def test_ctrl_c_is_one_line_exit_130_and_no_output(tmp_path: Path, seed_logs: Pa
     assert _tree(tmp_path / "out") == []  # no output, no temporary file, no folder made for them
 
 
+TWO_CORES = pytest.mark.skipif(cores() < 2, reason="two workers take two cores (--jobs is at most the cores)")
 WORKERS = [
     pytest.param(["prove", "--jobs", "2", "--traces", "out/t", "--json", "out/r.json"],
-                 marks=pytest.mark.skipif(not _has("z3"), reason="prove needs z3"), id="prove"),
-    pytest.param(["simulate", "--suite", "default", "--jobs", "2", "--no-progress", "--json", "out/s.json"], id="simulate-suite"),
+                 marks=[pytest.mark.skipif(not _has("z3"), reason="prove needs z3"), TWO_CORES], id="prove"),
+    pytest.param(["simulate", "--suite", "default", "--jobs", "2", "--no-progress", "--json", "out/s.json"],
+                 marks=TWO_CORES, id="simulate-suite"),
 ]
 
 
