@@ -314,11 +314,10 @@ def _shortest_pass(config: SimConfig, given: set[str]) -> str:
     cost = config.cost
     shortest = cost.shortest_forward_s()
     if shortest == cost.floor_s:
-        parts: tuple[str, ...] = ("floor_s",)
-    elif shortest == cost.pass_seconds([(1, 0)]):  # one prefill token's attention and MoE
-        parts = ("attn_token_s", "moe_token_s")
-    else:  # one decoding request's
-        parts = ("attn_decode_s", "moe_token_s")
+        parts = {"floor_s"}
+    else:  # the forward's own terms (CostModel.terms), of the work that makes the shortest pass
+        work = next(w for w in ([(1, 0)], [(0, 1)]) if cost.pass_seconds(w) == shortest)
+        parts = {field for field, t in cost.terms(work).items() if field != "floor_s" and t > 0}
     options = [f"{_flag(key)} {plain(getattr(cost, field))}" for key, field in _COST_OPTIONS.items()
                if field in parts and key in given]
     return f"one {shortest:g} s pass" + (f" ({', '.join(options)})" if options else "")
@@ -355,7 +354,8 @@ def _concurrency_within_memory(concurrency: int, config: SimConfig) -> None:
 
 
 def machine_memory() -> int:
-    """The bytes of memory this machine has, all of it: what a run must hold at once can never be more."""
+    """The bytes of memory of the host the command runs on, all of it: what a run must hold at once can never be
+    more."""
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
@@ -380,8 +380,8 @@ def _held_within_memory(given: str, requests: int, option: str, per: int, arrivi
     need, have = requests * REQUEST_BYTES, machine_memory()
     if need > have:
         raise SimInputError(f"{given}: {arriving}, each held in memory from then on, at least {REQUEST_BYTES} bytes "
-                            f"apiece (a request's own object): at least {in_bytes(need)}, more than this machine's "
-                            f"{in_bytes(have)} of memory; past {option} {have // (REQUEST_BYTES * per):,} they cannot fit here")
+                            f"apiece (a request's own object): at least {in_bytes(need)}, more than the host's "
+                            f"{in_bytes(have)} of memory; past {option} {have // (REQUEST_BYTES * per):,} they cannot fit in it")
 
 
 def pass_record_bytes(config: SimConfig) -> int:
@@ -405,8 +405,8 @@ def _passes_within_memory(config: SimConfig, workload: Workload, profiles: int) 
         raise SimInputError(
             f"--passes {config.passes:,}: with no --duration, every run ({counted(profiles, 'profile')}) goes on to its "
             f"last pass and keeps a record of every pass until the tables, at least {record} bytes each: at least "
-            f"{in_bytes(need)}, more than this machine's {in_bytes(have)} of memory; past --passes "
-            f"{have // (record * profiles):,} it cannot fit here (--duration ends a run at a simulated time instead)")
+            f"{in_bytes(need)}, more than the host's {in_bytes(have)} of memory; past --passes "
+            f"{have // (record * profiles):,} it cannot fit in it (--duration ends a run at a simulated time instead)")
 
 
 def _drift(text: Optional[str], dp_size: int) -> tuple:

@@ -180,7 +180,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     w = p.add_argument_group("workload")
     w.add_argument("--workload", choices=WORKLOADS, default=S, help="arrivals: poisson, bursty, long-prompt (closed loop) or trace (replay --trace)")
     w.add_argument("--rate", type=float, metavar="R", default=S, help="requests per second (poisson, bursty)")
-    w.add_argument("--burst", type=int, metavar="N", default=S, help="requests per burst (bursty); at most what this machine's memory holds at once")
+    w.add_argument("--burst", type=int, metavar="N", default=S, help="requests per burst (bursty); at most what the host's memory holds at once")
     w.add_argument("--concurrency", type=int, metavar="N", default=S, help="requests in flight (long-prompt)")
     w.add_argument("--drift", metavar="D,D,...|random:K", default=S, help="long-prompt: chunks each rank starts ahead (one per rank, or one for all), or a seeded draw from 0..K; "
                    "fewer than the shortest prompt's chunks")
@@ -200,7 +200,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--cost-idle-pass", type=float, metavar="S", default=S, help="a pass where no rank runs a forward (default 0.0015, estimated)")
     r = p.add_argument_group("run and output")
     r.add_argument("--passes", type=int, metavar="N", default=S, help="stop after N passes (default 10000, or none with --duration); without --duration, at most what "
-                   "this machine's memory holds of every profile's passes")
+                   "the host's memory holds of every profile's passes")
     r.add_argument("--duration", type=float, metavar="S", default=S, help="stop at S simulated seconds (with --suite: every "
                    "workload's, its warm-up cut in proportion where S is shorter than its own run, as the header says); "
                    "S short of where the simulated clock, a float, steps by more than the shortest pass and could not "

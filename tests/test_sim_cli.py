@@ -586,6 +586,11 @@ def test_a_rate_that_is_no_finite_number_is_one_line(capsys, extra, said):
     # a rate refused for a pass the user lengthened names the option that lengthened it
     (["--cost-floor", "100"], "--rate 3: 300 requests would arrive in one 100 s pass (--cost-floor 100), more than the 16 "
      "requests all 2 ranks run at once; at most 0.16 req/s here\n"),
+    # past the floor, the shortest pass is one prefill token's or one decoding request's: the option that sets it
+    (["--rate", "100", "--cost-attn-token", "0.25", "--cost-attn-decode", "0.2"], "--rate 100: 20 requests would arrive "
+     "in one 0.200009 s pass (--cost-attn-decode 0.2), more than"),
+    (["--rate", "100", "--cost-attn-token", "0.2", "--cost-attn-decode", "0.25"], "--rate 100: 20 requests would arrive "
+     "in one 0.200009 s pass (--cost-attn-token 0.2), more than"),
 ])
 def test_a_cost_coefficient_no_deployment_has_is_one_line_naming_it(capsys, extra, said):
     """--cost-floor 1e308 ended in an OverflowError's traceback; --cost-moe-token 1e300 blamed --rate 5 with a
@@ -807,7 +812,7 @@ POISSON = ["simulate", "--workload", "poisson", "--rate", "10", "--prompt-tokens
 ])
 def test_requests_arriving_together_past_the_machine_s_memory_are_refused_before_the_run(argv, option, per):
     """``--wave 1000000000`` and ``--burst 1000000000`` made their requests at once before the first pass (3.7 GB in
-    30 s, and on, showing nothing); now one line and exit 2 at once, the bound from this machine's memory and the
+    30 s, and on, showing nothing); now one line and exit 2 at once, the bound from the host's memory and the
     least a request takes."""
     rc, out, err = _refused_at_once([*POISSON, *argv])
     from prefill_delayer.sim.cli import REQUEST_BYTES, in_bytes, machine_memory
@@ -815,8 +820,8 @@ def test_requests_arriving_together_past_the_machine_s_memory_are_refused_before
     requests = 10**9 * per
     assert out == "" and err.count("\n") == 1 and err.startswith(f"prefill-delayer simulate: {option} 1,000,000,000: "), err
     assert (f"each held in memory from then on, at least {REQUEST_BYTES} bytes apiece (a request's own object): at least "
-            f"{in_bytes(requests * REQUEST_BYTES)}, more than this machine's {in_bytes(machine_memory())} of memory; "
-            f"past {option} {machine_memory() // (REQUEST_BYTES * per):,} they cannot fit here\n") in err, err
+            f"{in_bytes(requests * REQUEST_BYTES)}, more than the host's {in_bytes(machine_memory())} of memory; "
+            f"past {option} {machine_memory() // (REQUEST_BYTES * per):,} they cannot fit in it\n") in err, err
 
 
 @pytest.mark.parametrize("argv, said", [
@@ -836,7 +841,7 @@ def test_what_a_run_holds_is_measured_against_the_memory_there_is(monkeypatch, c
     monkeypatch.setattr(sim_cli, "machine_memory", lambda: 2**20, raising=False)
     assert cli([*POISSON, *argv]) == 2
     out, err = capsys.readouterr()
-    assert out == "" and err.count("\n") == 1 and said in err and "more than this machine's 1 MiB of memory" in err, err
+    assert out == "" and err.count("\n") == 1 and said in err and "more than the host's 1 MiB of memory" in err, err
 
 
 def test_passes_past_the_machine_s_memory_are_refused_where_the_run_would_reach_them(monkeypatch, capsys, tmp_path):
@@ -853,8 +858,8 @@ def test_passes_past_the_machine_s_memory_are_refused_where_the_run_would_reach_
     assert out == "" and err == (
         f"prefill-delayer simulate: --passes 1,000,000,000,000: with no --duration, every run ({profiles} profiles) goes "
         f"on to its last pass and keeps a record of every pass until the tables, at least {per} bytes each: at least "
-        f"{in_bytes(10**12 * per * profiles)}, more than this machine's {in_bytes(machine_memory())} of memory; past "
-        f"--passes {machine_memory() // (per * profiles):,} it cannot fit here (--duration ends a run at a simulated time "
+        f"{in_bytes(10**12 * per * profiles)}, more than the host's {in_bytes(machine_memory())} of memory; past "
+        f"--passes {machine_memory() // (per * profiles):,} it cannot fit in it (--duration ends a run at a simulated time "
         "instead)\n"), err
     monkeypatch.setattr("prefill_delayer.sim.cli.machine_memory", lambda: 2**20)
     assert cli([*POISSON, "--passes", "20000", "--duration", "1", "--profile", "off"]) == 0
